@@ -1,0 +1,145 @@
+"""Candidate building: each candidate imported in its own build process, with no GPU visible, a time
+limit and its compiler output in a log; builds run in a pool sized from cores and memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    path: Path
+    source: str
+    sha256: str
+    copy_path: Path
+
+    @property
+    def native_kind(self) -> str:
+        if "cuda_sources" in self.source or ".cu" in self.source:
+            return "cuda"
+        if "load_inline" in self.source or "cpp_extension" in self.source:
+            return "cpp"
+        return "python"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    status: str
+    message: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+
+
+def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
+    """A private copy of the candidate: what the static checks read is what the workers import."""
+    text = path.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    folder = src_dir / digest[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / path.name
+    copy.write_text(text)
+    return Candidate(name=name, path=path, source=text, sha256=digest, copy_path=copy)
+
+
+def toolchain_id(device: str) -> str:
+    """Compiler versions, part of every build cache key."""
+    parts = []
+    for cmd in (["c++", "--version"], ["nvcc", "--version"] if device == "cuda" else None):
+        if cmd is None or shutil.which(cmd[0]) is None:
+            continue
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+            parts.append(out[0] if cmd[0] == "c++" else out[-1])
+        except (OSError, subprocess.TimeoutExpired, IndexError):
+            continue
+    return " | ".join(parts)
+
+
+def default_jobs(reserved_cores: int = 1) -> int:
+    """Builds in parallel: two compiler processes each, about 2 GB of memory each."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gb = 8
+    return max(1, min((cores - reserved_cores) // 2 or 1, int(mem_gb // 4) or 1))
+
+
+def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
+    env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain}
+    if arch:
+        env["TORCH_CUDA_ARCH_LIST"] = arch
+    return env
+
+
+def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
+              log_path: Path, scratch: Path, cores: list[int] | None) -> BuildResult:
+    result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+    full_env["PYTHONUNBUFFERED"] = "1"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "ab") as log:
+        log.write(f"== build {cand.path} ==\n".encode())
+        log.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "harness.build_worker", str(cand.copy_path), str(result_path),
+                                 str(cache_dir)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=scratch, env=full_env, start_new_session=True)
+        if cores:
+            try:
+                os.sched_setaffinity(proc.pid, cores)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return BuildResult("timeout", f"build exceeded its {timeout_s:.0f} s limit", time.monotonic() - t0,
+                               log=str(log_path))
+    seconds = time.monotonic() - t0
+    try:
+        data = json.loads(result_path.read_text())
+        result_path.unlink()
+    except (OSError, ValueError):
+        return BuildResult("deferred", f"build process ended without a result (exit code {proc.returncode})",
+                           seconds, log=str(log_path))
+    status = data.get("status")
+    events = data.get("events") or []
+    cached = bool(events) and all(ev.get("cached") for ev in events)
+    if status == "built":
+        return BuildResult("built", "", seconds, cached, str(log_path))
+    if status == "compile_error":
+        return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path))
+    # An import that failed without a compiler error (or found no ModelNew) is decided by the
+    # evaluation worker, which imports the candidate again with the device visible.
+    return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path))
+
+
+class BuildPool:
+    def __init__(self, jobs: int):
+        self.executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="kbh-build")
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        return self.executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

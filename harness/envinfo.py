@@ -1,0 +1,44 @@
+"""What run.json records about the machine and the code, gathered without touching the GPU."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    if shutil.which(cmd[0]) is None:
+        return ""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def git_commit(repo: Path) -> str:
+    commit = _run(["git", "rev-parse", "HEAD"], repo)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    return f"{commit}{'+dirty' if dirty else ''}" if commit else "unknown"
+
+
+def nvidia_driver() -> str:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return out.splitlines()[0] if out else ""
+
+
+def host_info(repo: Path) -> dict:
+    import torch
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_cores": len(os.sched_getaffinity(0)),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "driver": nvidia_driver(),
+        "git_commit": git_commit(repo),
+    }

@@ -1,0 +1,364 @@
+"""Evaluate one candidate on one lane: drive its worker, gather evidence, hand it to the verdict.
+
+Per shape: checks on fresh seeds (outputs compared here, in the judge), timed calls on refilled
+inputs with a sample of them verified by fingerprint after the fact, one more full check after
+timing, the judge's own clock, then CUDA-graph replay. A worker that dies, hangs or hits a CUDA
+error is discarded; the next shape starts a clean one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import verdict
+from .build import BuildResult, Candidate
+from .check import compare_outputs, fingerprint_matches, read_output_file, same_as
+from .config import Shape
+from .records import Record
+from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .seeds import derive
+from .stats import summarize
+from .verdict import CheckOutcome, Evidence, TimedVerification
+from .workers import WorkerGone, WorkerHandle, judge_timed
+
+INIT_TIMEOUT_S = 600.0
+JUDGE_ROUNDS = 20
+
+
+class CandidateFailure(Exception):
+    def __init__(self, message: str, cuda_error: bool = False, bad_output: str | None = None):
+        super().__init__(message)
+        self.cuda_error = cuda_error
+        self.bad_output = bad_output
+
+
+@dataclass
+class LaneContext:
+    """What one lane needs to spawn and drive candidate workers."""
+
+    index: int
+    plan: object
+    store: ReferenceStore
+    ref: ReferenceRunner
+    timings: dict[str, RefTiming]
+    calibration: verdict.Calibration
+    spawn: Callable[[Path], WorkerHandle]
+    init_args: dict
+    scratch: Path
+    log_dir: Path
+    device_name: str
+
+
+class SparePool:
+    """One initialized candidate worker kept ready, so a new candidate starts with no wait on torch's import."""
+
+    def __init__(self, make: Callable[[], WorkerHandle | None]):
+        self.make = make
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.ready: WorkerHandle | None = None
+
+    def _fill(self) -> None:
+        w = self.make()
+        with self.lock:
+            self.ready = w
+
+    def prime(self) -> None:
+        self.thread = threading.Thread(target=self._fill, daemon=True)
+        self.thread.start()
+
+    def take(self) -> WorkerHandle | None:
+        if self.thread is not None:
+            self.thread.join()
+        with self.lock:
+            w, self.ready = self.ready, None
+        self.prime()
+        return w
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+        with self.lock:
+            if self.ready is not None:
+                self.ready.close()
+                self.ready = None
+
+
+class CandidateEvaluation:
+    def __init__(self, lane: LaneContext, cand: Candidate, build: BuildResult, spares: SparePool,
+                 static_errors: list[str], static_warnings: list[str], tampered: Callable[[], list[str]]):
+        self.lane = lane
+        self.plan = lane.plan
+        self.cand = cand
+        self.build = build
+        self.spares = spares
+        self.static_errors = static_errors
+        self.static_warnings = static_warnings
+        self.tampered = tampered
+        self.worker: WorkerHandle | None = None
+        self.patched: set[str] = set()
+        self.log = lane.log_dir / f"{_safe(cand.name)}.log"
+        self.token = secrets.token_hex(6)
+
+    # -- worker plumbing -------------------------------------------------------------------
+    def _ask(self, cmd: str, deadline: float, **args) -> dict:
+        assert self.worker is not None
+        reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
+        self.patched.update(reply.get("patched") or [])
+        if not reply.get("ok"):
+            if reply.get("bad_output"):
+                raise CandidateFailure(reply.get("message", ""), bad_output=reply["bad_output"])
+            if reply.get("harness_error"):
+                raise CandidateFailure(f"harness: {reply.get('message', '')}")
+            raise CandidateFailure(reply.get("message", f"{cmd} failed"), bool(reply.get("cuda_error")))
+        return reply
+
+    def _discard(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    def _start_worker(self) -> None:
+        w = self.spares.take()
+        if w is None or not w.alive:
+            raise CandidateFailure("could not start a worker process")
+        self.worker = w
+        deadline = time.monotonic() + self.plan.config.timeouts.load_s
+        self._ask("log", deadline, path=str(self.log))
+        try:
+            reply = self._ask("load", deadline, path=str(self.cand.copy_path))
+        except CandidateFailure as e:
+            if e.bad_output:
+                raise
+            raise CandidateFailure(f"import failed: {e}", e.cuda_error) from None
+        except WorkerGone as g:
+            raise WorkerGone(g.kind, f"while importing: {g}") from None
+        self.builds = reply.get("builds", [])
+
+    # -- per shape ---------------------------------------------------------------------------
+    def run(self, shapes: list[Shape]) -> Iterator[Record]:
+        for shape in shapes:
+            yield self.evaluate_shape(shape)
+        self._discard_or_close()
+
+    def _discard_or_close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def evaluate_shape(self, shape: Shape) -> Record:
+        ev = Evidence(device=self.plan.device, static_errors=self.static_errors,
+                      static_warnings=self.static_warnings, static_policy=self.plan.static_policy,
+                      calibration=self.lane.calibration)
+        ref = self.lane.store.get(shape.name)
+        ref_t = self.lane.timings.get(shape.name, RefTiming())
+        ev.min_bytes = ref.min_bytes
+        if ref.error:
+            ev.reference_error = ref.error
+        elif self.build.status == "compile_error":
+            ev.failure = ("compile_error", self.build.message)
+        elif self.build.status == "timeout":
+            ev.failure = ("build_timeout", self.build.message)
+        else:
+            try:
+                if self.worker is None:
+                    self._start_worker()
+                self._shape(shape, ev, ref)
+            except WorkerGone as g:
+                ev.failure = ("timeout" if g.kind == "timeout" else "runtime_error",
+                              f"{'time limit' if g.kind == 'timeout' else 'crash'}: {g}")
+                self.worker = None
+            except CandidateFailure as e:
+                if e.bad_output:
+                    ev.bad_output = (e.bad_output, str(e))
+                else:
+                    ev.failure = ("runtime_error", str(e))
+                if e.cuda_error or e.bad_output == "no_modelnew":
+                    self._discard()
+        ev.patched = set(self.patched)
+        ev.tampered = self.tampered()
+        return self._record(shape, ev, ref, ref_t)
+
+    def _tol_for(self, dtype: str):
+        return self.plan.config.check.tolerance_for(dtype)
+
+    def _read_outputs(self, reply: dict, prefix: str) -> list[tuple[dict, object]]:
+        outs = []
+        for i, meta in enumerate(reply.get("outputs") or []):
+            meta = dict(meta, file=f"{prefix}.{i}.bin")
+            try:
+                outs.append((meta, read_output_file(meta)))
+            finally:
+                Path(meta["file"]).unlink(missing_ok=True)
+        return outs
+
+    def _check(self, shape: Shape, ev: Evidence, ref, seed: int, phase: str, deadline: float,
+               first: bool) -> CheckOutcome:
+        prefix = str(self.lane.scratch / f"out-{self.token}-{seed}")
+        reply = self._ask("check", deadline, seed=seed, out_prefix=prefix)
+        try:
+            cand = self._read_outputs(reply, prefix)
+        except (OSError, ValueError) as e:
+            raise CandidateFailure(f"output could not be read back: {e}") from None
+        cmp = compare_outputs(ref.outputs[seed], cand, self._tol_for, self.plan.device)
+        replay_of = None
+        if not cmp.ok and cmp.kind in ("mismatch", "uninitialized_output"):
+            for other, outs in ref.outputs.items():
+                if other != seed and same_as(outs, cand, self._tol_for):
+                    replay_of = other
+                    break
+        threads = reply.get("threads") or [0, 0]
+        outcome = CheckOutcome(
+            seed=seed, phase=phase, comparison=cmp, replay_of=replay_of,
+            late_write=bool(reply.get("late_write")), aliases_input=bool(reply.get("aliases_input")),
+            input_mutated=reply.get("input_fps") != ref.input_fps[seed],
+            deterministic_kept=bool(reply.get("deterministic_kept", True)),
+            thread_growth=(not first) and threads[1] > threads[0],
+            extra_py_threads=list(reply.get("extra_py_threads") or []))
+        ev.checks.append(outcome)
+        return outcome
+
+    def _verify_timed(self, shape: Shape, base: int, calls: dict, n_calls: int, projection: bool,
+                      tols) -> list[TimedVerification]:
+        k = min(self.plan.config.check.verify_timed, n_calls)
+        sample = sorted(secrets.SystemRandom().sample(range(n_calls), k))
+        seeds = {i: derive(base, i) for i in sample}
+        seeds.update({i - 1: derive(base, i - 1) for i in sample if i > 0})
+        fps = self.lane.ref.fingerprints(self.lane.store, shape, list(seeds.values()), projection)
+        out = []
+        for i in sample:
+            mine = calls.get(str(i))
+            want = fps[seeds[i]]
+            if not isinstance(mine, list) or len(mine) != 3:
+                out.append(TimedVerification(i, seeds[i], ok=False))
+                continue
+            ok = fingerprint_matches(want, mine, tols)
+            replay = (not ok) and i > 0 and mine[0] == fps[seeds[i - 1]][0]
+            out.append(TimedVerification(i, seeds[i], ok=ok, replay=replay, input_mutated=mine[2] != want[2]))
+        return out
+
+    def _shape(self, shape: Shape, ev: Evidence, ref) -> None:
+        plan = self.plan
+        deadline = time.monotonic() + plan.config.timeouts.shape_s
+        self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name))
+        for k, seed in enumerate(plan.check_seeds(shape.name)):
+            outcome = self._check(shape, ev, ref, seed, "check", deadline, first=(k == 0))
+            if not outcome.comparison.ok or verdict.integrity_flags(ev):
+                return
+        dtypes = ref.out_dtypes()
+        tols = [self._tol_for(d) for d in dtypes]
+        projection = not all(t.exact for t in tols)
+        base = plan.time_seed(shape.name)
+        r = self._ask("time", deadline, base_seed=base, loop=loop_settings(plan), verify=True, projection=projection)
+        dev, host, span = r["device_us"], r["host_us"], r["span_us"]
+        if not dev:
+            raise CandidateFailure("timing returned no samples")
+        ev.timing = summarize(dev)
+        if plan.device == "cuda":
+            ev.host_gap_us = statistics.median(h - s for h, s in zip(host, span))
+            ev.device_exceeds_host = statistics.median(dev) > 1.05 * statistics.median(host) + 5.0
+        threads = r.get("threads") or [0, 0]
+        ev.timing_thread_growth = threads[1] > threads[0]
+        ev.timing_py_threads = list(r.get("extra_py_threads") or [])
+        n_calls = int(r.get("warmup", 0)) + len(dev)
+        ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
+        self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
+        calls, noops = judge_timed(self.worker, plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline - time.monotonic())
+        if calls and noops:
+            ev.judge_call_us = max(min(calls) - min(noops), 0.0)
+        if plan.device == "cuda" and plan.config.timing.graph:
+            self._graph(shape, ev, projection, tols, deadline)
+
+    def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
+        base = self.plan.graph_seed(shape.name)
+        try:
+            g = self._ask("graph", deadline, base_seed=base, loop=_graph_loop(self.plan), projection=projection)
+        except CandidateFailure as e:
+            ev.graph_message = f"graph capture failed: {e}"
+            if e.cuda_error:
+                self._discard()
+            return
+        except WorkerGone as e:
+            ev.graph_message = f"graph capture failed: {e}"
+            self.worker = None
+            return
+        if not g.get("graph_ok"):
+            ev.graph_message = g.get("message", "graph capture failed")
+            return
+        n = int(g.get("warmup", 0)) + len(g["device_us"])
+        checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)
+        if all(c.ok for c in checks):
+            ev.graph = summarize(g["device_us"])
+        else:
+            ev.graph_message = "graph replays gave wrong outputs (work outside the captured stream?)"
+
+    # -- record ------------------------------------------------------------------------------
+    def _record(self, shape: Shape, ev: Evidence, ref, ref_t: RefTiming) -> Record:
+        d = verdict.decide(ev)
+        correct = d.status == "correct"
+        t = ev.timing
+        plan = self.plan
+        metric = plan.config.timing.speedup_metric
+        cand_time = (ev.graph.median_us if ev.graph else None) if metric == "gpu_time_us" else (t.median_us if t else None)
+        ref_eager = ref_t.eager.median_us if ref_t.eager else None
+        ref_metric = (ref_t.graph.median_us if ref_t.graph else None) if metric == "gpu_time_us" else ref_eager
+        ref_compiled = ref_t.compiled.median_us if ref_t.compiled else None
+        cmps = [c.comparison for c in ev.checks]
+        max_abs = max((c.max_abs_err for c in cmps if c.max_abs_err is not None), default=None)
+        max_rel = max((c.max_rel_err for c in cmps if c.max_rel_err is not None), default=None)
+        bw = ev.min_bytes / t.median_us / 1e3 if (t and ev.min_bytes and t.median_us > 0) else None
+        copy = self.lane.calibration.copy_gbps if self.lane.calibration else None
+        return Record(
+            solution=self.cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
+            speedup=(ref_metric / cand_time) if correct and ref_metric and cand_time else None,
+            speedup_compile=(ref_compiled / t.median_us) if correct and ref_compiled and t else None,
+            time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
+            ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,
+            ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
+            max_abs_err=max_abs, max_rel_err=max_rel,
+            first_mismatch=list(d.comparison.first_mismatch) if d.comparison and d.comparison.first_mismatch else None,
+            flags=list(d.flags), message=d.message, seed=d.failing_seed,
+            timing=t.to_json() if t else None, bytes_min=ev.min_bytes or None,
+            bandwidth_gbps=bw if correct else None,
+            bandwidth_frac=(bw / copy) if correct and bw and copy else None,
+            device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
+            log=str(self.log),
+        )
+
+
+def loop_settings(plan) -> dict:
+    t = plan.config.timing
+    return {"warmup_ms": t.warmup_ms, "min_runs": t.min_runs, "max_runs": t.max_runs, "budget_s": t.budget_s,
+            "target_rse": t.target_rse}
+
+
+def _graph_loop(plan) -> dict:
+    loop = loop_settings(plan)
+    return dict(loop, min_runs=min(loop["min_runs"], 10), budget_s=min(loop["budget_s"], 0.5))
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def static_only_records(plan, cand: Candidate, shapes: list[Shape], ev_kwargs: dict, build: BuildResult | None,
+                        lane_device: str) -> list[Record]:
+    """Records for a candidate that never runs: rejected by static checks, or failed to build."""
+    out = []
+    for shape in shapes:
+        ev = Evidence(device=plan.device, static_policy=plan.static_policy, **ev_kwargs)
+        if build is not None and build.status == "compile_error":
+            ev.failure = ("compile_error", build.message)
+        elif build is not None and build.status == "timeout":
+            ev.failure = ("build_timeout", build.message)
+        d = verdict.decide(ev)
+        out.append(Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
+                          flags=list(d.flags), message=d.message, device=lane_device,
+                          solution_path=str(cand.path), log=build.log if build else ""))
+    return out

@@ -1,0 +1,95 @@
+"""Problem files in KernelBench's format: `Model`, `get_inputs(**shape)`, `get_init_inputs()`.
+
+The judge reads a problem's text once and ships the text to workers, so a candidate that rewrites
+the file on disk cannot change the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import Shape
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class ProblemSource:
+    name: str
+    path: str
+    text: str
+
+
+def read_problem(path: Path) -> ProblemSource:
+    return ProblemSource(name=path.stem, path=str(path), text=path.read_text())
+
+
+def load_namespace(src: ProblemSource) -> dict[str, Any]:
+    ns: dict[str, Any] = {"__name__": f"kbh_problem_{src.name}", "__file__": src.path}
+    exec(compile(src.text, src.path, "exec"), ns)
+    return ns
+
+
+def validate(src: ProblemSource, shapes: tuple[Shape, ...]) -> None:
+    """Fail with one line if the problem cannot be run with these shapes."""
+    try:
+        ns = load_namespace(src)
+    except Exception as e:
+        raise UsageError(f"{src.path}: problem file failed to load: {type(e).__name__}: {e}") from None
+    if not inspect.isclass(ns.get("Model")):
+        raise UsageError(f"{src.path}: problem file defines no class Model")
+    gi = ns.get("get_inputs")
+    if not callable(gi):
+        raise UsageError(f"{src.path}: problem file defines no get_inputs()")
+    params = inspect.signature(gi).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for shape in shapes:
+        for key in shape.params:
+            if not takes_any and key not in params:
+                raise UsageError(f"shapes.{shape.name}.{key}: get_inputs() in {src.path} takes no argument "
+                                 f"'{key}' (it takes: {', '.join(params) or 'none'})")
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    with contextlib.suppress(ImportError):
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def to_device(x: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device) for v in x)
+    return x
+
+
+def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str) -> list:
+    """Seed every RNG, draw one input set on the device (factories default to it), move stragglers."""
+    import torch
+
+    seed_everything(seed)
+    with torch.device(device):
+        inputs = ns["get_inputs"](**params)
+    return [to_device(x, device) for x in inputs]
+
+
+def build_model(cls: type, ns: dict[str, Any], seed: int, device: str) -> Any:
+    """Build Model or ModelNew from the problem's init inputs under one seed, as KernelBench does."""
+    seed_everything(seed)
+    init = ns.get("get_init_inputs", lambda: [])()
+    model = cls(*init)
+    if hasattr(model, "to"):
+        model = model.to(device)
+    return model

@@ -1,0 +1,170 @@
+"""The reference side of a run, in the judge: outputs, timings and calibration from a reference worker.
+
+Reference outputs for every check seed are produced once per run, travel over the worker's private
+socket and stay in the judge's memory; no candidate process ever holds them. Each lane (device) times
+the reference itself, eager and under torch.compile, the way candidates are timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .check import tensor_from_bytes
+from .config import Shape
+from .stats import Measurement, summarize
+from .verdict import Calibration
+from .workers import WorkerGone, WorkerHandle
+
+INIT_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RefShape:
+    shape: Shape
+    outputs: dict[int, list[tuple[dict, torch.Tensor]]] = field(default_factory=dict)
+    input_fps: dict[int, list[int]] = field(default_factory=dict)
+    in_bytes: int = 0
+    out_bytes: int = 0
+    error: str | None = None
+
+    @property
+    def min_bytes(self) -> int:
+        return self.in_bytes + self.out_bytes
+
+    def out_dtypes(self) -> list[str]:
+        first = next(iter(self.outputs.values()), [])
+        return [m["dtype"] for m, _ in first]
+
+
+@dataclass
+class RefTiming:
+    eager: Measurement | None = None
+    compiled: Measurement | None = None
+    graph: Measurement | None = None
+    compile_error: str | None = None
+    error: str | None = None
+
+
+class ReferenceStore:
+    """Reference outputs shared by every lane: computed by the first lane, awaited by the others."""
+
+    def __init__(self):
+        self.shapes: dict[str, RefShape] = {}
+        self.ready: dict[str, threading.Event] = {}
+        self.fps: dict[tuple[str, int, bool], list] = {}
+        self.lock = threading.Lock()
+
+    def event(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.ready.setdefault(name, threading.Event())
+
+    def put(self, ref: RefShape) -> None:
+        self.shapes[ref.shape.name] = ref
+        self.event(ref.shape.name).set()
+
+    def get(self, name: str) -> RefShape:
+        self.event(name).wait()
+        return self.shapes[name]
+
+
+class ReferenceRunner:
+    """Drives one lane's reference worker."""
+
+    def __init__(self, worker: WorkerHandle, plan, loop: dict, timeout_s: float):
+        self.worker = worker
+        self.plan = plan
+        self.loop = loop
+        self.timeout_s = timeout_s
+        self.current: tuple[str, bool] | None = None
+        self.lock = threading.Lock()
+
+    def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
+        reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
+        if not reply.get("ok"):
+            raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
+        return reply
+
+    def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None) -> dict:
+        return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
+                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores)
+
+    def calibrate(self, flush_bytes: int) -> Calibration:
+        cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)
+        r = self._ask("calibrate", loop=cal_loop)
+        return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
+                           host_gap_us=r["host_gap_us"], flush_bytes=flush_bytes)
+
+    def _setup(self, shape: Shape, compiled: bool) -> None:
+        if self.current != (shape.name, compiled):
+            self._ask("setup", params=dict(shape.params), init_seed=self.plan.init_seed(shape.name),
+                      compile_model=compiled)
+            self.current = (shape.name, compiled)
+
+    def outputs(self, shape: Shape) -> RefShape:
+        ref = RefShape(shape)
+        try:
+            with self.lock:
+                self._setup(shape, False)
+                seeds = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
+                for seed in seeds:
+                    r = self._ask("check", seed=seed)
+                    outs = [(m, tensor_from_bytes(self.worker.recv_frame(self.timeout_s), m)) for m in r["outputs"]]
+                    ref.outputs[seed] = outs
+                    ref.input_fps[seed] = r["input_fps"]
+                    ref.in_bytes = r["input_bytes"]
+                sizes = [sum(m["nbytes"] for m, _ in outs) for outs in ref.outputs.values()]
+                ref.out_bytes = int(statistics.mean(sizes))
+        except (RuntimeError, WorkerGone) as e:
+            ref.error = str(e)
+        return ref
+
+    def timings(self, shape: Shape, device: str) -> RefTiming:
+        t = RefTiming()
+        base = self.plan.time_seed(shape.name)
+        settings = self.plan.config.timing
+        try:
+            with self.lock:
+                self._setup(shape, False)
+                r = self._ask("time", base_seed=base, loop=self.loop, verify=False)
+                t.eager = summarize(r["device_us"])
+                if device == "cuda" and settings.graph:
+                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=_short(self.loop))
+                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
+        except (RuntimeError, WorkerGone) as e:
+            t.error = str(e)
+            return t
+        if settings.compile_reference:
+            try:
+                with self.lock:
+                    self._setup(shape, True)
+                    self._ask("time", timeout=max(self.timeout_s, 900.0), base_seed=base,
+                              loop=dict(self.loop, warmup_ms=0.0, min_runs=2, max_runs=3), verify=False,
+                              compiled=True)
+                    r = self._ask("time", base_seed=base, loop=self.loop, verify=False, compiled=True)
+                    t.compiled = summarize(r["device_us"])
+            except (RuntimeError, WorkerGone) as e:
+                t.compile_error = str(e)[:500]
+        return t
+
+    def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
+        missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
+        if missing:
+            with self.lock:
+                self._setup(shape, False)
+                r = self._ask("fingerprints", seeds=missing, projection=projection)
+            for s, fp in zip(missing, r["fingerprints"]):
+                store.fps[(shape.name, s, projection)] = fp
+        return {s: store.fps[(shape.name, s, projection)] for s in seeds}
+
+
+def _short(loop: dict) -> dict:
+    return dict(loop, min_runs=min(loop["min_runs"], 10), budget_s=min(loop["budget_s"], 0.5))
+
+
+def log_path(log_dir: Path, lane: int) -> Path:
+    return log_dir / f"reference.lane{lane}.log"

@@ -1,0 +1,344 @@
+"""The run pipeline: plan -> static checks -> builds (pool) -> reference -> evaluation lanes -> records -> report.
+
+Builds run in a process pool while lanes evaluate what is already built; each lane owns one device
+(a GPU, or the CPU) with its reference worker and candidate workers. Records are written as they are
+decided. The judge's own threads run no candidate code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from concurrent.futures import as_completed
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import report, static_checks
+from .build import BuildPool, BuildResult, build_env, run_build, snapshot_candidate, toolchain_id
+from .envinfo import host_info
+from .evaluate import (
+    INIT_TIMEOUT_S,
+    CandidateEvaluation,
+    LaneContext,
+    SparePool,
+    loop_settings,
+    static_only_records,
+)
+from .integrity import TreeGuard
+from .plan import Plan
+from .records import Record, RecordWriter, read_records
+from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .workers import WorkerGone, WorkerHandle
+
+POISON_BYTES = 4 * 2**30
+
+
+class Runner:
+    def __init__(self, plan: Plan, console: Console, repo_root: Path):
+        self.plan = plan
+        self.console = console
+        self.repo_root = repo_root
+        self.out = plan.out_dir
+        self.logs = self.out / "logs"
+        self.store = ReferenceStore()
+        self.lock = threading.Lock()
+        self.active: set[str] = set()
+        self.tamper: dict[str, list[str]] = {}
+        self.lane_info: dict[int, dict] = {}
+        self.ref_timings: dict[int, dict[str, RefTiming]] = {}
+        self.calibrations: dict[int, object] = {}
+        self.builds: dict[str, BuildResult] = {}
+        self.errors: list[str] = []
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _scratch(self) -> Path:
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        return Path(tempfile.mkdtemp(prefix="kbh-", dir=base))
+
+    def _cores(self) -> tuple[list[list[int] | None], list[int] | None]:
+        cores = sorted(os.sched_getaffinity(0))
+        n = len(self.plan.lanes)
+        if self.plan.device != "cuda" or len(cores) < 4 + n:
+            return [None] * n, None
+        return [[cores[-(i + 1)]] for i in range(n)], cores[:-n]
+
+    def _problem_src(self) -> dict:
+        p = self.plan.problem
+        return {"name": p.name, "path": p.path, "text": p.text}
+
+    def _spawn(self, lane: int, env: dict, log: Path, trusted: bool) -> WorkerHandle:
+        return WorkerHandle(repo_root=self.repo_root, env=env, log_path=log, cwd=self.scratch, trusted=trusted)
+
+    # -- tamper guard --------------------------------------------------------------------------
+    def _guard_check(self) -> None:
+        with self.lock:
+            changed = self.guard.check()
+            if changed:
+                suspects = sorted(self.active) or ["(unknown)"]
+                for s in suspects:
+                    self.tamper.setdefault(s, []).extend(changed)
+                self.errors.append(f"files changed while {', '.join(suspects)} ran: {', '.join(changed)} (restored)")
+
+    def _tampered_by(self, name: str):
+        def check() -> list[str]:
+            self._guard_check()
+            return list(dict.fromkeys(self.tamper.get(name, [])))
+        return check
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self) -> list[Record]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.scratch = self._scratch()
+        try:
+            return self._run()
+        finally:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _run(self) -> list[Record]:
+        plan = self.plan
+        existing = read_records(self.out / "results.jsonl")
+        done = {(r.solution, r.shape) for r in existing}
+        self.writer = RecordWriter(self.out / "results.jsonl", existing)
+        src_dir = self.scratch / "src"
+        cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
+        self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
+        for c in cands:
+            self.guard.allow_log(f"{_safe(c.name)}.log")
+            self.guard.allow_log(f"{_safe(c.name)}.build.log")
+        for i in range(len(plan.lanes)):
+            self.guard.allow_log(f"reference.lane{i}.log")
+            self.guard.allow_log(f"spare.lane{i}.log")
+        todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
+        cands = [c for c in cands if todo[c.name]]
+        findings = {}
+        for c in cands:
+            found = [] if plan.static_policy == "off" else static_checks.analyze(
+                c.source, plan.device, c.path.parent, {plan.problem.name})
+            findings[c.name] = found
+
+        lane_cores, build_cores = self._cores()
+        toolchain = toolchain_id(plan.device)
+        self.host = host_info(self.repo_root)
+        n_records = sum(len(v) for v in todo.values())
+        progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=self.console, transient=False)
+        with progress:
+            t_ref = progress.add_task("reference", total=len(plan.shapes) * len(plan.lanes))
+            t_build = progress.add_task("build", total=len(cands))
+            t_eval = progress.add_task("evaluate", total=n_records)
+
+            refs = self._start_references(lane_cores, toolchain)
+            arch = self.lane_info[0].get("capability") if plan.device == "cuda" else None
+            self._write_run_json(arch, toolchain)
+
+            eval_env = {"KBH_TOOLCHAIN": toolchain}
+            if arch:
+                eval_env["TORCH_CUDA_ARCH_LIST"] = arch
+            work: queue.Queue = queue.Queue()
+            lanes = [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
+                                      args=(i, refs[i], lane_cores[i], eval_env, work, todo, findings, progress,
+                                            t_ref, t_eval), daemon=True)
+                     for i in range(len(plan.lanes))]
+            for t in lanes:
+                t.start()
+
+            pool = BuildPool(plan.jobs)
+            benv = build_env(arch, toolchain)
+            try:
+                if plan.device == "cpu" and plan.config.build.pch and any(c.native_kind == "cpp" for c in cands):
+                    self._build_pch(benv)
+                futures = {}
+                for c in cands:
+                    errors = [f for f in findings[c.name] if f.severity == "error"]
+                    if errors and plan.static_policy == "strict":
+                        self._write_all(static_only_records(plan, c, todo[c.name], self._static_kwargs(findings[c.name]),
+                                                            None, self._device_name()))
+                        progress.advance(t_build)
+                        progress.advance(t_eval, len(todo[c.name]))
+                        continue
+                    with self.lock:
+                        self.active.add(c.name)
+                    futures[pool.submit(run_build, c, repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
+                                        timeout_s=plan.config.build.timeout_s,
+                                        log_path=self.logs / f"{_safe(c.name)}.build.log", scratch=self.scratch,
+                                        cores=build_cores)] = c
+                for fut in as_completed(futures):
+                    c = futures[fut]
+                    result = fut.result()
+                    self.builds[c.name] = result
+                    self._guard_check()
+                    with self.lock:
+                        self.active.discard(c.name)
+                    progress.advance(t_build)
+                    if result.status in ("compile_error", "timeout"):
+                        self._write_all(static_only_records(plan, c, todo[c.name],
+                                                            self._static_kwargs(findings[c.name]), result,
+                                                            self._device_name()))
+                        progress.advance(t_eval, len(todo[c.name]))
+                    else:
+                        work.put((c, result))
+            finally:
+                for _ in lanes:
+                    work.put(None)
+                for t in lanes:
+                    t.join()
+                pool.shutdown()
+                for r in refs:
+                    r.worker.close()
+        self._write_run_json(arch, toolchain, final=True)
+        records = self.writer.records
+        note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric)
+        report.write_files(records, self.out, note)
+        report.print_table(records, self.console, f"{plan.problem.name}: {len(records)} records", note)
+        for e in self.errors:
+            self.console.print(f"[yellow]warning:[/] {e}")
+        return records
+
+    def _static_kwargs(self, found) -> dict:
+        return {"static_errors": [f"{f.rule} (line {f.line})" for f in found if f.severity == "error"],
+                "static_warnings": [f"{f.rule} (line {f.line})" for f in found if f.severity == "warning"]}
+
+    def _device_name(self) -> str:
+        info = self.lane_info.get(0, {})
+        return info.get("gpu") or f"CPU ({self.host.get('cpu_cores', '?')} cores)"
+
+    def _write_all(self, records: list[Record]) -> None:
+        for r in records:
+            self.writer.write(r)
+
+    def _build_pch(self, env: dict) -> None:
+        import subprocess
+        import sys
+
+        full = dict(os.environ, **env, PYTHONPATH=str(self.repo_root))
+        with open(self.logs / "pch.log", "ab") as log:
+            self.guard.allow_log("pch.log")
+            subprocess.run([sys.executable, "-m", "harness.extcache", "--pch"], env=full, stdout=log,
+                           stderr=subprocess.STDOUT, timeout=self.plan.config.build.timeout_s)
+
+    # -- references -----------------------------------------------------------------------------
+    def _start_references(self, lane_cores, toolchain: str) -> list[ReferenceRunner]:
+        plan = self.plan
+        refs: list[ReferenceRunner] = []
+        for i, dev in enumerate(plan.lanes):
+            env = {"KBH_TOOLCHAIN": toolchain, "TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
+                   "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
+            if plan.device == "cuda":
+                env["CUDA_VISIBLE_DEVICES"] = dev
+            w = self._spawn(i, env, self.logs / f"reference.lane{i}.log", trusted=True)
+            refs.append(ReferenceRunner(w, plan, loop_settings(plan), plan.config.timeouts.shape_s))
+        errors = []
+
+        def init(i: int) -> None:
+            try:
+                self.lane_info[i] = refs[i].init(self._problem_src(), plan.device, str(plan.cache_dir), lane_cores[i])
+            except (RuntimeError, WorkerGone) as e:
+                errors.append(f"reference worker on lane {i} failed to start: {e}")
+
+        threads = [threading.Thread(target=init, args=(i,)) for i in range(len(refs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            for r in refs:
+                r.worker.kill()
+            raise RuntimeError(errors[0] + f" (log: {self.logs})")
+        return refs
+
+    def _write_run_json(self, arch: str | None, toolchain: str, final: bool = False) -> None:
+        plan = self.plan
+        data = {
+            "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
+            "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": toolchain,
+            "timing": loop_settings(plan) | {"speedup_metric": plan.config.timing.speedup_metric,
+                                             "compile_reference": plan.config.timing.compile_reference},
+            "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir), "notes": list(plan.notes),
+            "complete": final,
+        }
+        if final:
+            data["calibration"] = {str(k): vars(v) for k, v in self.calibrations.items()}
+            data["reference_timings"] = {
+                str(lane): {s: {k: (getattr(t, k).to_json() if getattr(t, k) else None) for k in ("eager", "compiled", "graph")}
+                            | {"compile_error": t.compile_error, "error": t.error} for s, t in timings.items()}
+                for lane, timings in self.ref_timings.items()}
+            data["builds"] = {k: vars(v) for k, v in self.builds.items()}
+            data["warnings"] = self.errors
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(self.out / "run.json")
+
+    # -- lanes ------------------------------------------------------------------------------------
+    def _lane(self, i: int, ref: ReferenceRunner, cores, env: dict, work: queue.Queue, todo, findings, progress,
+              t_ref, t_eval) -> None:
+        plan = self.plan
+        info = self.lane_info[i]
+        lane_env = dict(env)
+        if plan.device == "cuda":
+            lane_env["CUDA_VISIBLE_DEVICES"] = plan.lanes[i]
+        calibration = ref.calibrate(info.get("flush_bytes", 0))
+        self.calibrations[i] = calibration
+        timings: dict[str, RefTiming] = {}
+        self.ref_timings[i] = timings
+        for shape in plan.shapes:
+            if i == 0:
+                self.store.put(ref.outputs(shape))
+            if self.store.get(shape.name).error is None:
+                timings[shape.name] = ref.timings(shape, plan.device)
+            progress.advance(t_ref)
+
+        init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
+                     "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": cores,
+                     "poison_bytes": POISON_BYTES if plan.device == "cuda" else 0}
+
+        def make_spare() -> WorkerHandle | None:
+            self._guard_check()
+            w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
+            try:
+                reply = w.request("init", INIT_TIMEOUT_S, **init_args)
+                if not reply.get("ok"):
+                    w.kill()
+                    return None
+            except WorkerGone:
+                return None
+            return w
+
+        spares = SparePool(make_spare)
+        spares.prime()
+        ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
+                          spawn=None, init_args=init_args, scratch=self.scratch, log_dir=self.logs,
+                          device_name=info.get("gpu") or self._device_name())
+        try:
+            while True:
+                item = work.get()
+                if item is None:
+                    break
+                cand, build = item
+                found = findings[cand.name]
+                kw = self._static_kwargs(found)
+                with self.lock:
+                    self.active.add(cand.name)
+                ev = CandidateEvaluation(ctx, cand, build, spares, kw["static_errors"], kw["static_warnings"],
+                                         self._tampered_by(cand.name))
+                try:
+                    for record in ev.run(todo[cand.name]):
+                        self.writer.write(record)
+                        progress.advance(t_eval)
+                finally:
+                    with self.lock:
+                        self.active.discard(cand.name)
+        finally:
+            spares.close()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+

@@ -1,0 +1,167 @@
+"""Timing inside a worker: flush, clock, warm-up by time, repeat until the error is small.
+
+Every primitive the clocks use is bound when this module is imported, before any candidate code
+runs, so a candidate that patches `time.perf_counter` or `torch.cuda.Event` later changes nothing
+here (and the worker reports the patch).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
+_zero = torch.Tensor.zero_
+_fill = torch.Tensor.fill_
+
+CUDA_LIMIT_PERSISTING_L2 = 0x06
+
+
+@dataclass
+class Sample:
+    device_us: float
+    host_us: float
+    span_us: float
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    warmup_ms: float = 25.0
+    min_runs: int = 20
+    max_runs: int = 2000
+    budget_s: float = 2.0
+    target_rse: float = 0.005
+
+
+def _find_cudart() -> ctypes.CDLL | None:
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcudart" in line}
+    except OSError:
+        return None
+    for p in sorted(paths):
+        try:
+            return ctypes.CDLL(p)
+        except OSError:
+            continue
+    return None
+
+
+class CudaClock:
+    """CUDA events on the current stream around the call; host clock around call plus full sync."""
+
+    kind = "cuda"
+
+    def __init__(self, device: str, flush_bytes: int):
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        self._record = torch.cuda.Event.record
+        self._elapsed = torch.cuda.Event.elapsed_time
+        self._sync = torch.cuda.synchronize
+        self._cudart = _find_cudart()
+        self.l2_reset = "unavailable"
+        if self._cudart is not None:
+            rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+            rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
+            self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
+
+    def flush(self) -> None:
+        if self._cudart is not None:
+            self._cudart.cudaCtxResetPersistingL2Cache()
+        _zero(self.flush_buf)
+
+    def sync(self) -> None:
+        self._sync()
+
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+        e0, e1, e2 = self._events
+        self.flush()
+        self._sync()
+        h0 = _perf_ns()
+        self._record(e0)
+        out = call()
+        self._record(e1)
+        extra = after(out)
+        self._record(e2)
+        self._sync()
+        h1 = _perf_ns()
+        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(e0, e2) * 1e3)
+
+
+class CpuClock:
+    """Monotonic host clock around the call; the flush writes a buffer twice the last-level cache."""
+
+    kind = "cpu"
+
+    def __init__(self, flush_bytes: int):
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8)
+        self.l2_reset = "n/a"
+        self._n = 0
+
+    def flush(self) -> None:
+        self._n = (self._n + 1) % 251
+        _fill(self.flush_buf, self._n)
+
+    def sync(self) -> None:
+        pass
+
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+        self.flush()
+        h0 = _perf_ns()
+        out = call()
+        h1 = _perf_ns()
+        extra = after(out)
+        h2 = _perf_ns()
+        us = (h1 - h0) / 1e3
+        return out, extra, Sample(us, us, (h2 - h0) / 1e3)
+
+
+def run_loop(clock, step: Callable[[int], Callable[[], Any]], after: Callable[[Any], Any],
+             on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
+    """Warm up for warmup_ms (at least two calls), then sample until the relative standard error of
+    the mean is under target (after min_runs), the budget is spent, or max_runs is reached.
+    Returns the timed samples and the number of warm-up calls; on_call sees every call, warm-up too.
+    """
+    start = _monotonic()
+    measure_start = None
+    samples: list[Sample] = []
+    total = total_sq = 0.0
+    i = 0
+    while True:
+        call = step(i)
+        out, extra, sample = clock.measure(call, after)
+        on_call(i, out, extra)
+        del out
+        now = _monotonic()
+        if measure_start is None:
+            if (now - start) * 1e3 >= s.warmup_ms and i >= 1:
+                measure_start = now
+                warmup = i + 1
+        else:
+            samples.append(sample)
+            x = sample.device_us
+            total += x
+            total_sq += x * x
+            n = len(samples)
+            elapsed = now - measure_start
+            if n >= s.max_runs:
+                break
+            if n >= 2:
+                mean = total / n
+                var = max(total_sq / n - mean * mean, 0.0) * n / (n - 1)
+                rse = math.sqrt(var / n) / mean if mean > 0 else math.inf
+            else:
+                rse = math.inf
+            if n >= s.min_runs and (rse <= s.target_rse or elapsed >= s.budget_s):
+                break
+            if n >= 3 and elapsed >= 4 * s.budget_s:
+                break
+        i += 1
+    return samples, warmup

@@ -1,0 +1,219 @@
+"""Where every verdict is decided: evidence about one solution on one shape in, status and flags out.
+
+Pure and deterministic; it runs in the judge, never in a process that ran candidate code. Every
+threshold that turns a measurement into a flag is here, with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .check import Comparison
+from .stats import Measurement
+
+STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
+
+REJECTING = {
+    "patched_runtime": "replaced a function of torch, time, builtins or the harness at run time",
+    "not_plain_tensor": "returned something other than plain dense torch.Tensor outputs",
+    "output_aliases_input": "returned an output that shares memory with an input",
+    "input_mutated": "changed its inputs",
+    "replayed_output": "returned the answer to an earlier input (output reuse)",
+    "timed_output_mismatch": "gave wrong outputs on timed calls that checks did not see",
+    "work_outside_timing": "did work after returning (side stream, thread or late writes)",
+    "timer_mismatch": "reported times the judge's own clock contradicts",
+    "faster_than_memory": "ran faster than moving its minimum bytes at the measured copy bandwidth allows",
+    "tampered_files": "wrote into the harness's tree or the run's results",
+}
+INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "mismatch", "uninitialized_output"}
+INFO = {
+    "launch_bound": "time within 1.5x of an empty launch: the figure measures launch overhead",
+    "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
+}
+
+# Thresholds, each with its reason.
+LAUNCH_BOUND_RATIO = 1.5          # issue spec: within 1.5x of the empty launch
+FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x copy bandwidth (outputs left in L2 included)
+HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the calibrated gap of an empty call
+HOST_GAP_REL = 0.2                # ... plus 20% of the call's own time
+TIMER_RATIO = 0.5                 # reported time under half what the judge's clock saw
+TIMER_SLACK_US = 50.0             # IPC jitter allowance for the judge's clock
+
+
+@dataclass
+class CheckOutcome:
+    seed: int
+    phase: str
+    comparison: Comparison
+    replay_of: int | None = None
+    late_write: bool = False
+    aliases_input: bool = False
+    input_mutated: bool = False
+    deterministic_kept: bool = True
+    thread_growth: bool = False
+    extra_py_threads: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TimedVerification:
+    index: int
+    seed: int
+    ok: bool
+    replay: bool = False
+    input_mutated: bool = False
+
+
+@dataclass
+class Calibration:
+    empty_launch_us: float
+    read_us: float
+    copy_gbps: float
+    host_gap_us: float = 0.0
+    flush_bytes: int = 0
+
+
+@dataclass
+class Evidence:
+    """What the judge saw for one solution x shape; filled in by evaluate.py, read only here."""
+
+    device: str
+    static_errors: list[str] = field(default_factory=list)
+    static_warnings: list[str] = field(default_factory=list)
+    static_policy: str = "strict"
+    failure: tuple[str, str] | None = None
+    bad_output: tuple[str, str] | None = None
+    reference_error: str | None = None
+    patched: set[str] = field(default_factory=set)
+    checks: list[CheckOutcome] = field(default_factory=list)
+    timing: Measurement | None = None
+    host_gap_us: float | None = None
+    device_exceeds_host: bool = False
+    timing_thread_growth: bool = False
+    timing_py_threads: list[str] = field(default_factory=list)
+    timed: list[TimedVerification] = field(default_factory=list)
+    judge_call_us: float | None = None
+    graph: Measurement | None = None
+    graph_message: str | None = None
+    min_bytes: int = 0
+    calibration: Calibration | None = None
+    tampered: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str
+    flags: tuple[str, ...]
+    message: str
+    failing_seed: int | None = None
+    comparison: Comparison | None = None
+
+
+def _first_failed_check(e: Evidence) -> CheckOutcome | None:
+    return next((c for c in e.checks if not c.comparison.ok), None)
+
+
+def integrity_flags(e: Evidence) -> dict[str, str]:
+    """Flags that reject, each with the observation behind it."""
+    flags: dict[str, str] = {}
+    if e.patched:
+        flags["patched_runtime"] = "replaced " + ", ".join(sorted(e.patched)[:5])
+    if e.bad_output and e.bad_output[0] == "not_plain_tensor":
+        flags["not_plain_tensor"] = e.bad_output[1]
+    for c in e.checks:
+        if c.aliases_input:
+            flags["output_aliases_input"] = f"seed {c.seed}: output shares storage with an input"
+        if c.input_mutated:
+            flags["input_mutated"] = f"seed {c.seed}: inputs differ after the call"
+        if not c.deterministic_kept:
+            flags["patched_runtime"] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
+        if c.replay_of is not None:
+            flags["replayed_output"] = f"seed {c.seed}: output equals the reference for seed {c.replay_of}"
+        if c.late_write:
+            flags["work_outside_timing"] = f"seed {c.seed}: output changed after forward returned"
+        if c.extra_py_threads:
+            flags["work_outside_timing"] = f"threads left running: {', '.join(c.extra_py_threads[:3])}"
+        if c.thread_growth:
+            flags["work_outside_timing"] = f"seed {c.seed}: a call started native threads"
+    if e.timing_py_threads:
+        flags["work_outside_timing"] = f"threads left running: {', '.join(e.timing_py_threads[:3])}"
+    if e.timing_thread_growth:
+        flags["work_outside_timing"] = "native threads were started during timed calls"
+    bad = [v for v in e.timed if not v.ok]
+    if bad:
+        flags["timed_output_mismatch"] = (f"{len(bad)} of {len(e.timed)} verified timed calls gave wrong outputs "
+                                          f"(first: call {bad[0].index})")
+        if any(v.replay for v in bad):
+            flags["replayed_output"] = "a timed call returned the previous call's answer"
+    if any(v.input_mutated for v in e.timed):
+        flags["input_mutated"] = "inputs differ after a timed call"
+    t = e.timing
+    cal = e.calibration
+    if t is not None and cal is not None and e.device == "cuda" and e.host_gap_us is not None:
+        limit = cal.host_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
+        if e.host_gap_us > limit:
+            flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
+                                            f"(limit {limit:.0f} us): device work the events did not see")
+    if t is not None and e.device_exceeds_host:
+        flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
+    if t is not None and e.judge_call_us is not None:
+        if t.median_us < TIMER_RATIO * e.judge_call_us - TIMER_SLACK_US:
+            flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
+                                       f"{e.judge_call_us:.1f} us per call")
+    if t is not None and cal is not None and e.min_bytes >= max(cal.flush_bytes, 1) and t.median_us > 0:
+        gbps = e.min_bytes / t.median_us / 1e3
+        if gbps > FASTER_THAN_MEMORY_RATIO * cal.copy_gbps:
+            flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
+                                           f"{cal.copy_gbps:.0f} GB/s")
+    if e.tampered:
+        flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
+    return flags
+
+
+def info_flags(e: Evidence) -> list[str]:
+    flags = []
+    if e.timing is not None and e.calibration is not None and e.device == "cuda":
+        if e.timing.median_us <= LAUNCH_BOUND_RATIO * e.calibration.empty_launch_us:
+            flags.append("launch_bound")
+    if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
+        flags.append("not_graph_safe")
+    return flags
+
+
+def decide(e: Evidence) -> Decision:
+    static = [f"static:{r}" for r in e.static_errors] if e.static_policy != "off" else []
+    warnings = [f"static:{r}" for r in e.static_warnings] if e.static_policy != "off" else []
+    if e.failure and e.failure[0] == "compile_error":
+        return Decision("compile_error", tuple(static + warnings), e.failure[1])
+    if e.failure and e.failure[0] == "build_timeout":
+        return Decision("timeout", tuple(static + warnings), e.failure[1])
+    if static and e.static_policy == "strict":
+        return Decision("rejected", tuple(static + warnings), "static checks: " + "; ".join(e.static_errors))
+    integrity = integrity_flags(e)
+    flags = list(dict.fromkeys(static + warnings + list(integrity)))
+    failed = _first_failed_check(e)
+    if integrity:
+        first = next(iter(integrity))
+        msg = f"{first}: {integrity[first]}"
+        if failed is not None:
+            msg += f"; seed {failed.seed}: {failed.comparison.detail}"
+            flags.append(failed.comparison.kind)
+        return Decision("rejected", tuple(dict.fromkeys(flags)), msg,
+                        failed.seed if failed else None, failed.comparison if failed else None)
+    if e.reference_error:
+        return Decision("runtime_error", tuple(flags + ["reference_error"]), f"reference failed: {e.reference_error}")
+    if failed is not None:
+        phase = "after timing" if failed.phase == "post" else "check"
+        return Decision("incorrect", tuple(flags + [failed.comparison.kind]),
+                        f"seed {failed.seed} ({phase}): {failed.comparison.detail}", failed.seed, failed.comparison)
+    if e.bad_output:
+        return Decision("runtime_error", tuple(flags), e.bad_output[1])
+    if e.failure:
+        kind, msg = e.failure
+        status = "timeout" if kind == "timeout" else "runtime_error"
+        return Decision(status, tuple(flags), msg)
+    if e.timing is None:
+        return Decision("runtime_error", tuple(flags), "no timing was recorded")
+    flags += info_flags(e)
+    last = e.checks[-1] if e.checks else None
+    return Decision("correct", tuple(dict.fromkeys(flags)), e.graph_message or "",
+                    comparison=last.comparison if last else None)

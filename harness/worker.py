@@ -1,0 +1,498 @@
+"""Worker process: runs the reference or one candidate on one device, on the judge's commands.
+
+Everything it sends is evidence for the judge; no verdict is decided here. Messages are JSON over a
+private socket; the reference's outputs follow as raw byte frames, a candidate's are written to files
+the judge names. Nothing that comes out of a candidate's process is ever unpickled.
+
+Run as `python -m harness.worker FD`. The harness modules and every primitive they use are bound
+before the candidate is imported; the worker reports any later change to them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import extcache, problem, timing
+from .build_worker import import_candidate
+from .fingerprint import Fingerprinter
+from .seeds import derive
+
+_type = type
+_Tensor = torch.Tensor
+_perf_ns = time.perf_counter_ns
+_listdir = os.listdir
+_set_det = torch.use_deterministic_algorithms
+_det_enabled = torch.are_deterministic_algorithms_enabled
+
+
+class BadOutput(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class HarnessError(Exception):
+    """A problem with the problem file or the harness, not with the candidate."""
+
+
+def plain_outputs(out: Any) -> list[torch.Tensor]:
+    """The output as a list of plain dense tensors, or BadOutput naming what it was instead."""
+    if _type(out) is _Tensor:
+        outs = [out]
+    elif _type(out) in (tuple, list) and all(_type(o) is _Tensor for o in out):
+        outs = list(out)
+    else:
+        kinds = [out] if _type(out) not in (tuple, list) else [o for o in out if _type(o) is not _Tensor]
+        what = ", ".join(sorted({f"{_type(o).__module__}.{_type(o).__qualname__}" for o in kinds}))
+        raise BadOutput("not_plain_tensor", f"forward returned {what}, not a plain torch.Tensor")
+    for o in outs:
+        if o.layout != torch.strided or o.is_meta or o.is_nested or o.is_quantized:
+            raise BadOutput("not_plain_tensor", f"forward returned a {o.layout} tensor, not a plain dense one")
+    return outs
+
+
+def tensor_meta(t: torch.Tensor) -> dict:
+    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "device": t.device.type,
+            "nbytes": t.numel() * t.element_size()}
+
+
+def as_bytes(t: torch.Tensor):
+    c = t.detach().contiguous().reshape(-1)
+    if c.device.type != "cpu":
+        c = c.cpu()
+    return c.view(torch.uint8).numpy()
+
+
+def poison(outs: list[torch.Tensor]) -> None:
+    """Fill released outputs with 0xFF (NaN for floats), so no later call finds a stale answer."""
+    for o in outs:
+        if o.is_contiguous() and o.numel():
+            o.detach().reshape(-1).view(torch.uint8).fill_(255)
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def aliases(outs: list[torch.Tensor], inputs: list) -> bool:
+    spans = [storage_span(x) for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
+    for o in outs:
+        if not o.numel():
+            continue
+        lo, hi = storage_span(o)
+        if any(lo < xh and xl < hi for xl, xh in spans):
+            return True
+    return False
+
+
+def native_threads() -> int:
+    try:
+        return len(_listdir("/proc/self/task"))
+    except OSError:
+        return -1
+
+
+class RuntimeWatch:
+    """Identity of every callable the harness relies on, to report what a candidate replaced."""
+
+    def __init__(self):
+        self.snapshot = {name: self._callables(obj) for name, obj in self._targets().items()}
+
+    @staticmethod
+    def _targets() -> dict[str, Any]:
+        targets: dict[str, Any] = {
+            "time": time, "builtins": builtins, "os": os, "gc": gc, "threading": threading,
+            "torch": torch, "torch.Tensor": torch.Tensor, "torch.TensorBase": torch.Tensor.__mro__[1],
+            "torch.testing": torch.testing, "torch.nn.Module": torch.nn.Module,
+            "torch.utils.cpp_extension": sys.modules.get("torch.utils.cpp_extension"),
+        }
+        if torch.cuda.is_available():
+            targets.update({"torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
+                            "torch.cuda.EventBase": torch.cuda.Event.__mro__[1]})
+        for name, mod in list(sys.modules.items()):
+            if name == "harness" or name.startswith("harness."):
+                targets[name] = mod
+        return {k: v for k, v in targets.items() if v is not None}
+
+    @staticmethod
+    def _callables(obj: Any) -> dict[str, Any]:
+        return {k: v for k, v in vars(obj).items()
+                if callable(v) or isinstance(v, (types.ModuleType, staticmethod, classmethod))}
+
+    def changed(self) -> list[str]:
+        out = []
+        for name, obj in self._targets().items():
+            before = self.snapshot.get(name)
+            if before is None:
+                continue
+            now = vars(obj)
+            out.extend(f"{name}.{k}" for k, v in before.items() if now.get(k) is not v)
+        for name in self.snapshot:
+            if name.startswith("harness") and sys.modules.get(name) is None:
+                out.append(f"sys.modules[{name}]")
+        return sorted(out)[:20]
+
+
+def _l2_bytes() -> int:
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+    except (OSError, ValueError):
+        return 32 * 2**20
+
+
+class Worker:
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.role = "reference"
+        self.device = "cpu"
+        self.watch: RuntimeWatch | None = None
+        self.cls: Any = None
+        self.model: Any = None
+        self.compiled: Any = None
+        self.params: dict = {}
+        self.py_threads: set[int] = set()
+
+    # -- transport ---------------------------------------------------------------------------
+    def send(self, obj: dict) -> None:
+        self.conn.send_bytes(json.dumps(obj).encode())
+
+    def recv(self) -> dict:
+        return json.loads(self.conn.recv_bytes())
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = self.recv()
+            except (EOFError, OSError):
+                return
+            cmd = msg.pop("cmd")
+            if cmd == "exit":
+                self.send({"ok": True})
+                return
+            frames: list = []
+            try:
+                reply = getattr(self, f"cmd_{cmd}")(frames=frames, **msg) or {}
+                reply = {"ok": True, **reply}
+            except BadOutput as e:
+                reply = {"ok": False, "bad_output": e.kind, "message": str(e)}
+            except HarnessError as e:
+                reply = {"ok": False, "harness_error": True, "message": str(e)}
+            except BaseException as e:
+                traceback.print_exc()
+                text = f"{type(e).__name__}: {e}"
+                reply = {"ok": False, "error": type(e).__name__, "message": text[:4000],
+                         "cuda_error": "CUDA" in text or "cuda" in type(e).__name__.lower()
+                         or "AcceleratorError" in type(e).__name__}
+                frames = []
+            if self.watch is not None:
+                reply["patched"] = self.watch.changed()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.send(reply)
+            for f in frames:
+                self.conn.send_bytes(f)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
+                 cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
+        self.role, self.device = role, device
+        if cores:
+            os.sched_setaffinity(0, cores)
+            torch.set_num_threads(len(cores))
+        torch.set_grad_enabled(False)
+        self.ns = problem.load_namespace(problem.ProblemSource(**problem_src))
+        info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
+        if device == "cuda":
+            torch.cuda.set_device(0)
+            props = torch.cuda.get_device_properties(0)
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+            flush = max(2 * l2, 256 * 2**20)
+            info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
+                        l2_bytes=l2, memory_bytes=props.total_memory)
+            if poison_bytes:
+                free, _ = torch.cuda.mem_get_info()
+                n = min(poison_bytes, free // 4)
+                block = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(255)
+                del block
+            self.clock = timing.CudaClock("cuda", flush)
+        else:
+            flush = max(2 * _l2_bytes(), 64 * 2**20)
+            info.update(cpu_cache_bytes=_l2_bytes())
+            self.clock = timing.CpuClock(flush)
+        torch.ones(1 << 22, device=device).sum()
+        self.sync()
+        info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
+        self.fp = Fingerprinter(fp_seed, device)
+        if role == "candidate":
+            extcache.install(cache_dir)
+        importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
+
+        self.py_threads = {t.ident for t in threading.enumerate()}
+        self.watch = RuntimeWatch()
+        info["native_threads"] = native_threads()
+        return info
+
+    def cmd_log(self, frames, path: str) -> dict:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return {}
+
+    def cmd_load(self, frames, path: str) -> dict:
+        module = import_candidate(path)
+        self.cls = getattr(module, "ModelNew", None)
+        if self.cls is None:
+            raise BadOutput("no_modelnew", "candidate defines no ModelNew")
+        return {"builds": [{k: v for k, v in ev.items() if k != "message"} for ev in extcache.events]}
+
+    def cmd_setup(self, frames, params: dict, init_seed: int, compile_model: bool = False) -> dict:
+        self.params = params
+        self.model = self.compiled = None
+        gc.collect()
+        cls = self.ns["Model"] if self.role == "reference" else self.cls
+        self.model = problem.build_model(cls, self.ns, init_seed, self.device)
+        if compile_model:
+            import torch._dynamo
+
+            for attr in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, attr):
+                    setattr(torch._dynamo.config, attr, 64)
+            self.compiled = torch.compile(self.model)
+        self.sync()
+        return {}
+
+    def inputs(self, seed: int) -> list:
+        return problem.make_inputs(self.ns, self.params, seed, self.device)
+
+    def tensor_fps(self, xs: list) -> list[int]:
+        fps = [self.fp.exact(x) for x in xs if isinstance(x, torch.Tensor)]
+        return torch.stack(fps).tolist() if fps else []
+
+    def extra_threads(self) -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.ident not in self.py_threads and t.is_alive())
+
+    # -- correctness -------------------------------------------------------------------------
+    def cmd_check(self, frames, seed: int, out_prefix: str | None = None) -> dict:
+        inputs = self.inputs(seed)
+        if self.role == "reference":
+            in_fps = self.tensor_fps(inputs)
+            outs = plain_outputs(self.model(*inputs))
+            self.sync()
+            frames.extend(as_bytes(o) for o in outs)
+            in_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+            return {"outputs": [tensor_meta(o) for o in outs], "input_fps": in_fps, "input_bytes": in_bytes}
+        threads_before = native_threads()
+        _set_det(True, warn_only=True)
+        try:
+            out = self.model(*inputs)
+        finally:
+            det_kept = _det_enabled()
+            _set_det(False)
+        outs = plain_outputs(out)
+        del out
+        fp_now = self.tensor_fps(outs)
+        self.sync()
+        fp_later = self.tensor_fps(outs)
+        metas = []
+        for i, o in enumerate(outs):
+            meta = tensor_meta(o)
+            meta["file"] = f"{out_prefix}.{i}.bin"
+            as_bytes(o).tofile(meta["file"])
+            metas.append(meta)
+        alias = aliases(outs, inputs)
+        poison(outs)
+        self.sync()
+        return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
+                "aliases_input": alias, "deterministic_kept": det_kept,
+                "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
+
+    # -- timing ------------------------------------------------------------------------------
+    def _refill_step(self, base_seed: int, bufs: list):
+        tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
+
+        def refill(i: int) -> None:
+            if i == 0:
+                return
+            new = self.inputs(derive(base_seed, i))
+            for j, x in enumerate(new):
+                if j in tensor_idx:
+                    if x.shape != bufs[j].shape or x.dtype != bufs[j].dtype:
+                        raise HarnessError("get_inputs returned inputs of different shapes for different seeds; "
+                                           "timing refills fixed buffers and needs fixed input shapes")
+                    bufs[j].copy_(x)
+                else:
+                    bufs[j] = x
+
+        return refill
+
+    def _verifier(self, bufs: list, projection: bool):
+        tensors = [x for x in bufs if isinstance(x, torch.Tensor)]
+
+        def after(out: Any):
+            outs = plain_outputs(out)
+            fps = torch.stack([self.fp.exact(o) for o in outs])
+            projs = torch.stack([self.fp.projection(o) for o in outs]) if projection else None
+            ins = torch.stack([self.fp.exact(x) for x in tensors]) if tensors else None
+            return outs, fps, projs, ins
+
+        calls: dict[int, list] = {}
+
+        def on_call(i: int, out: Any, extra: Any) -> None:
+            outs, fps, projs, ins = extra
+            calls[i] = [fps.tolist(), projs.tolist() if projs is not None else None,
+                        ins.tolist() if ins is not None else []]
+            poison(outs)
+
+        return after, on_call, calls
+
+    def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
+                 compiled: bool = False) -> dict:
+        model = self.compiled if compiled else self.model
+        bufs = self.inputs(derive(base_seed, 0))
+        refill = self._refill_step(base_seed, bufs)
+        calls: dict[int, list] = {}
+        if verify:
+            after, on_call, calls = self._verifier(bufs, projection)
+        else:
+            def after(out):
+                return None
+
+            def on_call(i, out, extra):
+                return None
+
+        def step(i: int):
+            refill(i)
+            return lambda: model(*bufs)
+
+        threads_before = native_threads()
+        samples, warmup = timing.run_loop(self.clock, step, after, on_call, timing.LoopSettings(**loop))
+        return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
+                "span_us": [s.span_us for s in samples], "warmup": warmup,
+                "calls": {str(k): v for k, v in calls.items()},
+                "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
+
+    def cmd_graph(self, frames, base_seed: int, loop: dict, projection: bool = False) -> dict:
+        """Device time without launch gaps: capture one call in a CUDA graph and time its replays."""
+        if self.device != "cuda":
+            return {"graph_ok": False, "message": "graphs need CUDA"}
+        bufs = self.inputs(derive(base_seed, 0))
+        refill = self._refill_step(base_seed, bufs)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.model(*bufs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                static_out = self.model(*bufs)
+            plain_outputs(static_out)
+        except BadOutput:
+            raise
+        except Exception as e:
+            torch.cuda.synchronize()
+            return {"graph_ok": False, "message": f"capture failed: {type(e).__name__}: {str(e)[:300]}"}
+        after_v, on_call, calls = self._verifier(bufs, projection)
+
+        def step(i: int):
+            refill(i)
+            return graph.replay
+
+        samples, warmup = timing.run_loop(self.clock, step, lambda _: after_v(static_out), on_call,
+                                          timing.LoopSettings(**loop))
+        return {"graph_ok": True, "device_us": [s.device_us for s in samples], "warmup": warmup,
+                "calls": {str(k): v for k, v in calls.items()}}
+
+    def cmd_judge_timed(self, frames, base_seed: int, rounds: int) -> dict:
+        """Calls the judge times with its own clock: ready -> go -> call + full sync -> done."""
+        bufs = self.inputs(derive(base_seed, 0))
+        refill = self._refill_step(base_seed, bufs)
+        for k in range(rounds):
+            refill(k)
+            self.clock.flush()
+            self.sync()
+            self.send({"ready": k})
+            go = self.recv().get("go")
+            if go == "call":
+                out = self.model(*bufs)
+                self.sync()
+                del out
+            self.send({"done": k})
+        return {}
+
+    def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False) -> dict:
+        """Reference fingerprints of the inputs and outputs for these seeds (reference role only)."""
+        if self.role != "reference":
+            raise HarnessError("fingerprints come from the reference worker only")
+        result = []
+        for seed in seeds:
+            inputs = self.inputs(seed)
+            ins = self.tensor_fps(inputs)
+            outs = plain_outputs(self.model(*inputs))
+            result.append([self.tensor_fps(outs), [self.fp.projection(o).tolist() for o in outs] if projection
+                           else None, ins])
+        return {"fingerprints": result}
+
+    # -- calibration -------------------------------------------------------------------------
+    def cmd_calibrate(self, frames, loop: dict) -> dict:
+        s = timing.LoopSettings(**loop)
+
+        def median(xs: list[float]) -> float:
+            return sorted(xs)[len(xs) // 2]
+
+        def median_of(fn) -> float:
+            samples, _ = timing.run_loop(self.clock, lambda i: fn, lambda o: None, lambda *a: None, s)
+            return median([x.device_us for x in samples])
+
+        one = torch.zeros(1, device=self.device)
+        count = torch.ones(1, dtype=torch.int32, device=self.device)
+        samples, _ = timing.run_loop(self.clock, lambda i: (lambda: one.add_(1)), lambda o: None,
+                                     lambda *a: None, s)
+        result = {"empty_launch_us": median([x.device_us for x in samples]),
+                  "host_gap_us": median([x.host_us - x.span_us for x in samples])}
+        result["read_us"] = median_of(lambda: count.item()) if self.device == "cuda" else 0.0
+        nbytes = 1 << 30 if self.device == "cuda" else 1 << 28
+        src = torch.empty(nbytes, dtype=torch.uint8, device=self.device).random_()
+        dst = torch.empty_like(src)
+        copy_us = median_of(lambda: dst.copy_(src))
+        result.update(copy_bytes=2 * nbytes, copy_us=copy_us, copy_gbps=2 * nbytes / copy_us / 1e3)
+        return result
+
+    def cmd_ping(self, frames) -> dict:
+        return {}
+
+
+def main() -> None:
+    conn = Connection(int(sys.argv[1]))
+    Worker(conn).serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

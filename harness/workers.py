@@ -1,0 +1,152 @@
+"""Judge-side handles on worker processes: spawn, ask with a deadline, kill.
+
+A worker gets a private socket (inherited as one file descriptor), its own process group (so a kill
+takes its compilers and threads with it) and a log file for everything it prints. Replies are JSON;
+a reply too large or not JSON counts as the worker failing, never as data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+
+MAX_REPLY_BYTES = 64 * 2**20
+
+
+class WorkerGone(Exception):
+    """The worker timed out (kind 'timeout') or died (kind 'died'); it has been killed."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+class WorkerHandle:
+    def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool):
+        parent, child = Pipe(duplex=True)
+        full_env = dict(os.environ)
+        full_env.update(env)
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+        full_env["PYTHONUNBUFFERED"] = "1"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=cwd, env=full_env, start_new_session=True,
+        )
+        child.close()
+        self.conn = parent
+        self.trusted = trusted
+        self.alive = True
+
+    def send(self, obj: dict) -> None:
+        try:
+            self.conn.send_bytes(json.dumps(obj).encode())
+        except OSError as e:
+            self.kill()
+            raise WorkerGone("died", f"{describe_exit(self._wait_code())} ({e})") from None
+
+    def recv(self, timeout: float) -> dict:
+        if not self.conn.poll(max(timeout, 0.0)):
+            self.kill()
+            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s")
+        try:
+            data = self.conn.recv_bytes(None if self.trusted else MAX_REPLY_BYTES)
+            reply = json.loads(data)
+            if not isinstance(reply, dict):
+                raise ValueError("reply is not an object")
+            return reply
+        except (EOFError, OSError, ValueError) as e:
+            self.kill()
+            detail = describe_exit(self._wait_code())
+            if not isinstance(e, EOFError):
+                detail += f" ({type(e).__name__})"
+            raise WorkerGone("died", detail) from None
+
+    def recv_frame(self, timeout: float) -> bytes:
+        if not self.conn.poll(max(timeout, 0.0)):
+            self.kill()
+            raise WorkerGone("timeout", f"no data within {timeout:.0f} s")
+        try:
+            return self.conn.recv_bytes()
+        except (EOFError, OSError):
+            self.kill()
+            raise WorkerGone("died", describe_exit(self._wait_code())) from None
+
+    def request(self, cmd: str, timeout: float, **args) -> dict:
+        self.send({"cmd": cmd, **args})
+        return self.recv(timeout)
+
+    def _wait_code(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.conn.close()
+            self._log.close()
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.request("exit", timeout=5)
+            except WorkerGone:
+                pass
+            self.kill()
+
+
+def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int, timeout: float) -> tuple[list[float], list[float]]:
+    """Time calls with the judge's own clock, interleaving no-op round trips to measure the channel."""
+    worker.send({"cmd": "judge_timed", "base_seed": base_seed, "rounds": rounds})
+    deadline = time.monotonic() + timeout
+    calls, noops = [], []
+    for k in range(rounds):
+        msg = worker.recv(deadline - time.monotonic())
+        if "ready" not in msg:
+            return _finish(msg, calls, noops)
+        kind = "call" if k % 2 else "noop"
+        t0 = time.perf_counter()
+        worker.send({"go": kind})
+        done = worker.recv(deadline - time.monotonic())
+        t1 = time.perf_counter()
+        if "done" not in done:
+            return _finish(done, calls, noops)
+        (calls if kind == "call" else noops).append((t1 - t0) * 1e6)
+    final = worker.recv(deadline - time.monotonic())
+    return _finish(final, calls, noops)
+
+
+def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[float], list[float]]:
+    if not msg.get("ok", True) and "ready" not in msg:
+        raise RuntimeError(msg.get("message", "judge-timed calls failed"))
+    return calls, noops
