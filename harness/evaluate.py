@@ -29,6 +29,9 @@ from .workers import WorkerGone, WorkerHandle, judge_timed
 
 INIT_TIMEOUT_S = 600.0
 JUDGE_ROUNDS = 20
+STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
+          "judge_timed": "forward during clock cross-check", "graph": "CUDA graph capture", "load": "import",
+          "log": "worker", "init": "worker start-up"}
 
 
 class CandidateFailure(Exception):
@@ -116,7 +119,8 @@ class CandidateEvaluation:
                 raise CandidateFailure(reply.get("message", ""), bad_output=reply["bad_output"])
             if reply.get("harness_error"):
                 raise CandidateFailure(f"harness: {reply.get('message', '')}")
-            raise CandidateFailure(reply.get("message", f"{cmd} failed"), bool(reply.get("cuda_error")))
+            where = STAGES.get(cmd, cmd)
+            raise CandidateFailure(f"{where}: {reply.get('message', 'failed')}", bool(reply.get("cuda_error")))
         return reply
 
     def _discard(self) -> None:
@@ -136,7 +140,7 @@ class CandidateEvaluation:
         except CandidateFailure as e:
             if e.bad_output:
                 raise
-            raise CandidateFailure(f"import failed: {e}", e.cuda_error) from None
+            raise CandidateFailure(str(e), e.cuda_error) from None
         except WorkerGone as g:
             raise WorkerGone(g.kind, f"while importing: {g}") from None
         self.builds = reply.get("builds", [])

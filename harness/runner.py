@@ -48,7 +48,9 @@ class Runner:
         self.logs = self.out / "logs"
         self.store = ReferenceStore()
         self.lock = threading.Lock()
-        self.active: set[str] = set()
+        self.building: set[str] = set()
+        self.evaluating: set[str] = set()
+        self.build_args: dict = {}
         self.tamper: dict[str, list[str]] = {}
         self.lane_info: dict[int, dict] = {}
         self.ref_timings: dict[int, dict[str, RefTiming]] = {}
@@ -77,13 +79,28 @@ class Runner:
 
     # -- tamper guard --------------------------------------------------------------------------
     def _guard_check(self) -> None:
+        """Restore any change to the protected files and pin it on the candidate that made it."""
         with self.lock:
             changed = self.guard.check()
-            if changed:
-                suspects = sorted(self.active) or ["(unknown)"]
-                for s in suspects:
-                    self.tamper.setdefault(s, []).extend(changed)
-                self.errors.append(f"files changed while {', '.join(suspects)} ran: {', '.join(changed)} (restored)")
+            if not changed:
+                return
+            evaluating, builders = sorted(self.evaluating), sorted(self.building)
+            guilty = self._attribute(builders) if builders else []
+            if not guilty:
+                guilty = evaluating or builders or ["(unknown)"]
+            for name in guilty:
+                self.tamper.setdefault(name, []).extend(changed)
+            self.errors.append(f"{', '.join(guilty)} changed {', '.join(changed)} (restored)")
+
+    def _attribute(self, builders: list[str]) -> list[str]:
+        """Re-import each candidate that was building, alone (cached, seconds), and see who writes again."""
+        guilty = []
+        for name in builders:
+            cand, kwargs = self.build_args[name]
+            run_build(cand, **kwargs)
+            if self.guard.check():
+                guilty.append(name)
+        return guilty
 
     def _tampered_by(self, name: str):
         def check() -> list[str]:
@@ -163,19 +180,21 @@ class Runner:
                         progress.advance(t_build)
                         progress.advance(t_eval, len(todo[c.name]))
                         continue
+                    kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
+                                  timeout_s=plan.config.build.timeout_s,
+                                  log_path=self.logs / f"{_safe(c.name)}.build.log", scratch=self.scratch,
+                                  cores=build_cores)
                     with self.lock:
-                        self.active.add(c.name)
-                    futures[pool.submit(run_build, c, repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
-                                        timeout_s=plan.config.build.timeout_s,
-                                        log_path=self.logs / f"{_safe(c.name)}.build.log", scratch=self.scratch,
-                                        cores=build_cores)] = c
+                        self.building.add(c.name)
+                        self.build_args[c.name] = (c, kwargs)
+                    futures[pool.submit(run_build, c, **kwargs)] = c
                 for fut in as_completed(futures):
                     c = futures[fut]
                     result = fut.result()
                     self.builds[c.name] = result
                     self._guard_check()
                     with self.lock:
-                        self.active.discard(c.name)
+                        self.building.discard(c.name)
                     progress.advance(t_build)
                     if result.status in ("compile_error", "timeout"):
                         self._write_all(static_only_records(plan, c, todo[c.name],
@@ -325,7 +344,7 @@ class Runner:
                 found = findings[cand.name]
                 kw = self._static_kwargs(found)
                 with self.lock:
-                    self.active.add(cand.name)
+                    self.evaluating.add(cand.name)
                 ev = CandidateEvaluation(ctx, cand, build, spares, kw["static_errors"], kw["static_warnings"],
                                          self._tampered_by(cand.name))
                 try:
@@ -334,7 +353,7 @@ class Runner:
                         progress.advance(t_eval)
                 finally:
                     with self.lock:
-                        self.active.discard(cand.name)
+                        self.evaluating.discard(cand.name)
         finally:
             spares.close()
 

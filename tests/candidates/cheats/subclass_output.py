@@ -1,0 +1,14 @@
+"""Cheat (class 6): returns a Tensor subclass that could compute lazily when inspected."""
+
+import torch
+
+
+class Lazy(torch.Tensor):
+    pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, token_hidden, expert_idx, slot_idx, expert_offsets):
+        out = token_hidden.new_zeros((int(expert_offsets[-1]), token_hidden.shape[1]))
+        out[expert_offsets.long()[expert_idx.long()] + slot_idx.long()] = token_hidden
+        return out.as_subclass(Lazy)
