@@ -2,9 +2,11 @@
 
 `exact` is a weighted sum of the tensor's bytes, taken as 32-bit words, in wrapping 64-bit integer
 arithmetic: any change of any byte changes it (odd weights), and it is the same in every process that
-computes it on the same bytes. `projection` is a float64 weighted sum of the values, with the two sums
-the judge needs to bound it under a tolerance: |P(out) - P(ref)| <= atol*sum|w| + rtol*sum|w||ref|
-holds for every output within tolerance, so the bound never flags an honest kernel.
+computes it on the same bytes. `projection` is a float64 weighted sum P of the values, with the sums the
+judge needs to test it under a tolerance: an honest output within atol + rtol*|ref| of the reference,
+with errors that do not follow the hashed weights, moves P by about sqrt(sum w^2 (atol + rtol|ref|)^2)
+(S2 below), so a gap of 20 such standard deviations is never an honest kernel, while a stale or wrong
+output moves P by about sqrt(sum w^2 ref^2), far more. Weights are hashed from the element index.
 Both are computed in bounded-size chunks, stream-ordered after the call, with no host sync.
 """
 
@@ -17,9 +19,17 @@ CHUNK_ROWS = 8192
 NAN_SUB, POSINF_SUB, NEGINF_SUB = 7.0, 11.0, -13.0
 
 
+def _lsr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
 def _odd_weights(n: int, a: int, b: int, device) -> torch.Tensor:
-    idx = torch.arange(n, device=device, dtype=torch.int64)
-    return (idx * a + b) | 1
+    """Hashed (splitmix64-style) odd weights: signs and magnitudes with no pattern across indices."""
+    x = torch.arange(n, device=device, dtype=torch.int64) * a + b
+    x = (x ^ _lsr(x, 30)) * -4658895280553007687
+    x = (x ^ _lsr(x, 27)) * -7723592293110705685
+    return (x ^ _lsr(x, 31)) | 1
 
 
 class Fingerprinter:
@@ -64,28 +74,35 @@ class Fingerprinter:
             acc += (tail * self.v_tail[: tail.numel()]).sum()
         return acc + b.numel()
 
-    def projection(self, t: torch.Tensor) -> torch.Tensor:
-        """float64 tensor [P, sum|w|, sum|w||x|] on the tensor's device."""
+    def projection(self, t: torch.Tensor, atol: float = 0.0, rtol: float = 0.0) -> torch.Tensor:
+        """float64 tensor [P, sum|w|, sum|w||x|, S2 = sum w^2 (atol + rtol|x|)^2] on the tensor's device."""
         t = t.detach()
         if t.is_complex():
             t = torch.view_as_real(t)
         flat = t.reshape(-1)
         n = flat.numel()
         main = n // K * K
-        acc = torch.zeros(3, dtype=torch.float64, device=t.device)
+        acc = torch.zeros(4, dtype=torch.float64, device=t.device)
+
+        def add(x: torch.Tensor, ur: torch.Tensor | None, vf: torch.Tensor) -> None:
+            x = x.to(torch.float64).nan_to_num(NAN_SUB, POSINF_SUB, NEGINF_SUB)
+            tol2 = (atol + rtol * x.abs()) ** 2
+            if ur is None:
+                acc[0] += (x * vf).sum()
+                acc[1] += vf.abs().sum()
+                acc[2] += (x.abs() * vf.abs()).sum()
+                acc[3] += (tol2 * vf * vf).sum()
+                return
+            acc[0] += ((x * vf).sum(1) * ur).sum()
+            acc[1] += ur.abs().sum() * vf.abs().sum()
+            acc[2] += ((x.abs() * vf.abs()).sum(1) * ur.abs()).sum()
+            acc[3] += ((tol2 * (vf * vf)).sum(1) * (ur * ur)).sum()
+
         if main:
             m = flat[:main].view(-1, K)
             _, uf = self._row_weights(m.shape[0])
             for r0 in range(0, m.shape[0], CHUNK_ROWS):
-                x = m[r0:r0 + CHUNK_ROWS].to(torch.float64).nan_to_num(NAN_SUB, POSINF_SUB, NEGINF_SUB)
-                ur = uf[r0:r0 + CHUNK_ROWS]
-                acc[0] += ((x * self.vf).sum(1) * ur).sum()
-                acc[1] += ur.abs().sum() * self.vf.abs().sum()
-                acc[2] += ((x.abs() * self.vf.abs()).sum(1) * ur.abs()).sum()
+                add(m[r0:r0 + CHUNK_ROWS], uf[r0:r0 + CHUNK_ROWS], self.vf)
         if main < n:
-            x = flat[main:].to(torch.float64).nan_to_num(NAN_SUB, POSINF_SUB, NEGINF_SUB)
-            w = self.vf[: x.numel()]
-            acc[0] += (x * w).sum()
-            acc[1] += w.abs().sum()
-            acc[2] += (x.abs() * w.abs()).sum()
+            add(flat[main:], None, self.vf[: n - main])
         return acc

@@ -93,11 +93,11 @@ class ReferenceRunner:
         return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
                          fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores)
 
-    def calibrate(self, flush_bytes: int) -> Calibration:
+    def calibrate(self, cache_bytes: int) -> Calibration:
         cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)
         r = self._ask("calibrate", loop=cal_loop)
         return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
-                           host_gap_us=r["host_gap_us"], flush_bytes=flush_bytes)
+                           host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes)
 
     def _setup(self, shape: Shape, compiled: bool) -> None:
         if self.current != (shape.name, compiled):
@@ -156,7 +156,8 @@ class ReferenceRunner:
         if missing:
             with self.lock:
                 self._setup(shape, False)
-                r = self._ask("fingerprints", seeds=missing, projection=projection)
+                tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
+                r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)
             for s, fp in zip(missing, r["fingerprints"]):
                 store.fps[(shape.name, s, projection)] = fp
         return {s: store.fps[(shape.name, s, projection)] for s in seeds}

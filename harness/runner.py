@@ -303,7 +303,7 @@ class Runner:
         lane_env = dict(env)
         if plan.device == "cuda":
             lane_env["CUDA_VISIBLE_DEVICES"] = plan.lanes[i]
-        calibration = ref.calibrate(info.get("flush_bytes", 0))
+        calibration = ref.calibrate(info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
         self.calibrations[i] = calibration
         timings: dict[str, RefTiming] = {}
         self.ref_timings[i] = timings

@@ -33,7 +33,8 @@ INFO = {
 
 # Thresholds, each with its reason.
 LAUNCH_BOUND_RATIO = 1.5          # issue spec: within 1.5x of the empty launch
-FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x copy bandwidth (outputs left in L2 included)
+FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x copy bandwidth (outputs left in L2 included);
+                                  # applied when the minimum bytes are at least twice the last-level cache
 HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the calibrated gap of an empty call
 HOST_GAP_REL = 0.2                # ... plus 20% of the call's own time
 TIMER_RATIO = 0.5                 # reported time under half what the judge's clock saw
@@ -69,7 +70,7 @@ class Calibration:
     read_us: float
     copy_gbps: float
     host_gap_us: float = 0.0
-    flush_bytes: int = 0
+    cache_bytes: int = 0
 
 
 @dataclass
@@ -159,7 +160,7 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
         if t.median_us < TIMER_RATIO * e.judge_call_us - TIMER_SLACK_US:
             flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
                                        f"{e.judge_call_us:.1f} us per call")
-    if t is not None and cal is not None and e.min_bytes >= max(cal.flush_bytes, 1) and t.median_us > 0:
+    if t is not None and cal is not None and e.min_bytes >= max(2 * cal.cache_bytes, 1) and t.median_us > 0:
         gbps = e.min_bytes / t.median_us / 1e3
         if gbps > FASTER_THAN_MEMORY_RATIO * cal.copy_gbps:
             flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "

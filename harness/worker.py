@@ -148,7 +148,7 @@ class RuntimeWatch:
         return sorted(out)[:20]
 
 
-def _l2_bytes() -> int:
+def _llc_bytes() -> int:
     try:
         text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
         return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
@@ -236,8 +236,8 @@ class Worker:
                 del block
             self.clock = timing.CudaClock("cuda", flush)
         else:
-            flush = max(2 * _l2_bytes(), 64 * 2**20)
-            info.update(cpu_cache_bytes=_l2_bytes())
+            flush = max(2 * _llc_bytes(), 64 * 2**20)
+            info.update(cpu_cache_bytes=_llc_bytes())
             self.clock = timing.CpuClock(flush)
         torch.ones(1 << 22, device=device).sum()
         self.sync()
@@ -445,17 +445,24 @@ class Worker:
             self.send({"done": k})
         return {}
 
-    def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False) -> dict:
+    def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,
+                         tolerances: dict | None = None) -> dict:
         """Reference fingerprints of the inputs and outputs for these seeds (reference role only)."""
         if self.role != "reference":
             raise HarnessError("fingerprints come from the reference worker only")
+        tolerances = tolerances or {}
         result = []
         for seed in seeds:
             inputs = self.inputs(seed)
             ins = self.tensor_fps(inputs)
             outs = plain_outputs(self.model(*inputs))
-            result.append([self.tensor_fps(outs), [self.fp.projection(o).tolist() for o in outs] if projection
-                           else None, ins])
+            projs = None
+            if projection:
+                projs = []
+                for o in outs:
+                    atol, rtol = tolerances.get(str(o.dtype).replace("torch.", ""), tolerances.get("default", (0, 0)))
+                    projs.append(self.fp.projection(o, atol, rtol).tolist())
+            result.append([self.tensor_fps(outs), projs, ins])
         return {"fingerprints": result}
 
     # -- calibration -------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Shared fixtures: one build cache per test session, and a runner for run_eval.py in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "tests" / "configs"
+CANDIDATES = REPO / "tests" / "candidates"
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass
+class RunResult:
+    rc: int
+    stdout: str
+    stderr: str
+    out: Path
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def run_json(self) -> dict:
+        return json.loads((self.out / "run.json").read_text())
+
+    def by(self, solution: str, shape: str | None = None) -> dict:
+        hits = [r for r in self.records if r["solution"] == solution and (shape is None or r["shape"] == shape)]
+        assert hits, f"no record for {solution}/{shape}; have {[(r['solution'], r['shape']) for r in self.records]}"
+        return hits[0]
+
+
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory) -> Path:
+    """One build cache for the whole session (KBH_TEST_CACHE shares it across sessions)."""
+    shared = os.environ.get("KBH_TEST_CACHE")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
+    return tmp_path_factory.mktemp("kbh-cache")
+
+
+@pytest.fixture(scope="session")
+def run_eval(build_cache, tmp_path_factory):
+    def run(config: Path, *args: str, out: Path | None = None, timeout: float = 1800) -> RunResult:
+        out = out or tmp_path_factory.mktemp("run")
+        cmd = [sys.executable, str(REPO / "run_eval.py"), str(config), "--cache", str(build_cache), "--out", str(out),
+               *args]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        path = out / "results.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return RunResult(p.returncode, p.stdout, p.stderr, out, records)
+
+    return run

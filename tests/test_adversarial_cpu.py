@@ -1,0 +1,82 @@
+"""The adversarial suite on the CPU: one cheat per class, each caught with its flag (docs/integrity.md)."""
+
+import hashlib
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS, REPO
+
+PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").glob("*.py"))]
+
+
+def digest() -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in PROTECTED}
+
+
+@pytest.fixture(scope="module")
+def adversarial(run_eval):
+    before = digest()
+    res = run_eval(CONFIGS / "cpu_adversarial.yaml", "--device", "cpu", "--solution", str(CANDIDATES / "cheats"),
+                   str(CANDIDATES / "honest" / "python_cpu.py"))
+    res.tree_before, res.tree_after = before, digest()
+    res.forged_file_left = (REPO / "harness" / "zz_forged.py").exists()
+    return res
+
+
+@pytest.mark.parametrize("cheat, flag", [
+    ("replay_pointer", "replayed_output"),          # 1
+    ("replay_shape", "replayed_output"),            # 1
+    ("count_switch", "timed_output_mismatch"),      # 2
+    ("mutate_input", "input_mutated"),              # 3
+    ("patch_timer", "patched_runtime"),             # 5
+    ("subclass_output", "not_plain_tensor"),        # 6
+    ("proxy_output", "not_plain_tensor"),           # 6
+    ("alias_input", "output_aliases_input"),        # 6
+    ("background_thread", "work_outside_timing"),   # 7
+    ("forge_results", "tampered_files"),            # 9
+])
+def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
+    r = adversarial.by(cheat, "tiny")
+    assert r["status"] == "rejected", r
+    assert flag in r["flags"]
+    assert r["speedup"] is None
+
+
+@pytest.mark.parametrize("cheat, flag", [
+    ("stale_memory", "uninitialized_output"),       # 4: stale memory reads as poison
+    ("gc_scan", "mismatch"),                         # 4: no reference output exists in its process
+    ("fixed_seed", "mismatch"),                      # 8: seeds come from os.urandom
+])
+def test_cheat_is_incorrect_with_its_flag(adversarial, cheat, flag):
+    r = adversarial.by(cheat, "tiny")
+    assert r["status"] in ("incorrect", "rejected")
+    assert flag in r["flags"]
+
+
+def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
+    r = adversarial.by("patch_timer", "tiny")
+    assert "timer_mismatch" in r["flags"]
+    assert "harness.timing._perf_ns" in r["message"] and "torch.allclose" in r["message"]
+
+
+def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
+    for r in adversarial.records:
+        if r["solution"] not in ("python_cpu", "alias_input"):
+            assert r["status"] != "correct", r
+
+
+def test_honest_candidate_in_the_same_batch_is_correct_and_unflagged(adversarial):
+    for shape in ("tiny", "padded"):
+        r = adversarial.by("python_cpu", shape)
+        assert r["status"] == "correct" and r["flags"] == [], r
+
+
+def test_forgery_leaves_no_trace(adversarial):
+    assert adversarial.tree_before == adversarial.tree_after
+    assert not adversarial.forged_file_left
+    assert not (adversarial.out / "extra.txt").exists()
+    forged = [r for r in adversarial.records if r["solution"] == "forge_results" and r["status"] == "correct"]
+    assert forged == []
+    log = (adversarial.out / "logs" / "forge_results.log").read_text()
+    assert "100.00x" in log
+    assert "100.00x" not in (adversarial.out / "summary.md").read_text()

@@ -1,0 +1,85 @@
+"""The whole path on the CPU with a real C++ build: config, build, check, time, files, seeds, resume, batches."""
+
+import csv
+import json
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS, REPO
+
+FIELDS = {"solution", "problem", "shape", "status", "speedup", "speedup_compile", "time_us", "ref_time_us",
+          "max_abs_err", "flags", "message", "gpu_time_us", "timing", "seed", "bandwidth_gbps"}
+PY = str(CANDIDATES / "honest" / "python_cpu.py")
+
+
+@pytest.fixture(scope="module")
+def bundled(run_eval):
+    return run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--seed", "1234")
+
+
+def test_bundled_cpu_solution_is_correct_on_every_shape(bundled):
+    assert bundled.rc == 0, bundled.stderr
+    assert [(r["solution"], r["shape"]) for r in bundled.records] == [("cpu_cpp", "tiny"), ("cpu_cpp", "padded")]
+    for r in bundled.records:
+        assert r["status"] == "correct" and r["flags"] == [], r
+        assert r["speedup"] > 0 and r["time_us"] > 0 and r["ref_time_us"] > 0
+        assert r["max_abs_err"] == 0.0
+        assert r["timing"]["runs"] >= 5 and r["timing"]["iqr_us"] >= 0
+        assert FIELDS <= set(r)
+
+
+def test_output_files(bundled):
+    rows = list(csv.DictReader(open(bundled.out / "summary.csv")))
+    assert [row["status"] for row in rows] == ["correct", "correct"]
+    md = (bundled.out / "summary.md").read_text()
+    assert "| cpu_cpp | tiny | correct |" in md and "median of 'runs' timed calls" in md
+    run = bundled.run_json
+    assert run["seeds"]["master"] == 1234 and run["seeds"]["given"] is True
+    assert len(run["seeds"]["shapes"]["tiny"]["check"]) == 3
+    assert run["host"]["torch"] and run["host"]["git_commit"]
+    assert run["config"]["timing"]["budget_s"] == 0.2 and run["complete"] is True
+    assert run["calibration"]["0"]["copy_gbps"] > 0
+    assert (bundled.out / "logs" / "cpu_cpp.build.log").exists()
+    summary = json.loads((bundled.out / "summary.json").read_text())
+    assert summary["fast_p"]["0"] == 1.0
+
+
+def test_same_seed_reproduces_the_seeds_and_verdicts(run_eval, bundled):
+    again = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--seed", "1234")
+    assert again.run_json["seeds"] == bundled.run_json["seeds"]
+    assert [r["status"] for r in again.records] == [r["status"] for r in bundled.records]
+
+
+def test_unchanged_candidate_reuses_its_build(run_eval, bundled):
+    again = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu")
+    build = again.run_json["builds"]["cpu_cpp"]
+    assert build["status"] == "built" and build["cached"] is True
+
+
+def test_fresh_seeds_differ_between_runs(run_eval):
+    a = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny")
+    b = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny")
+    assert a.run_json["seeds"]["master"] != b.run_json["seeds"]["master"]
+    assert a.run_json["seeds"]["given"] is False
+
+
+def test_resume_skips_finished_records(run_eval, tmp_path):
+    out = tmp_path / "run"
+    first = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny", out=out)
+    assert len(first.records) == 1
+    line = (out / "results.jsonl").read_text()
+    second = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--resume", str(out), out=out)
+    assert second.rc == 0, second.stderr
+    assert [(r["shape"]) for r in second.records] == ["tiny", "padded"]
+    assert (out / "results.jsonl").read_text().startswith(line)
+    assert second.run_json["seeds"]["master"] == first.run_json["seeds"]["master"]
+
+
+def test_batch_of_folders_and_globs_with_parallel_builds(run_eval):
+    res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--jobs", "2", "--shapes", "tiny", "--solution",
+                   str(REPO / "solutions" / "pack_tokens" / "cpu_*.py"), str(CANDIDATES / "honest"))
+    assert res.rc == 0, res.stderr
+    assert {r["solution"] for r in res.records} == {"cpu_cpp", "cpp_loop", "python_cpu"}
+    assert all(r["status"] == "correct" for r in res.records), res.records
+    assert res.run_json["build_jobs"] == 2
+    assert "fast_p over solutions" in (res.out / "summary.md").read_text()

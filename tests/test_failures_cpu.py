@@ -1,0 +1,60 @@
+"""Every way a candidate can fail gets its status and a message, and the run goes on (issue: failure paths)."""
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS
+
+
+@pytest.fixture(scope="module")
+def failures(run_eval):
+    return run_eval(CONFIGS / "cpu_failures.yaml", "--device", "cpu", "--solution", str(CANDIDATES / "broken"),
+                    str(CANDIDATES / "honest" / "python_cpu.py"))
+
+
+def test_run_completes_with_every_record(failures):
+    assert failures.rc == 0, failures.stderr
+    names = {r["solution"] for r in failures.records}
+    assert len(names) == 11 and len(failures.records) == 11
+
+
+@pytest.mark.parametrize("solution, status, needle", [
+    ("compile_error", "compile_error", "undeclared_thing"),
+    ("import_error", "runtime_error", "missing configuration"),
+    ("no_modelnew", "runtime_error", "no ModelNew"),
+    ("raises", "runtime_error", "forward: ValueError: this kernel does not support that routing"),
+    ("segfault", "runtime_error", "SIGSEGV"),
+    ("hangs", "timeout", "no answer within"),
+    ("slow_build", "timeout", "build exceeded"),
+    ("wrong_shape", "incorrect", "shape (65, 32), expected (64, 32)"),
+    ("wrong_dtype", "incorrect", "dtype float64, expected float32"),
+    ("one_wrong_value", "incorrect", "1 of 2048 elements differ"),
+])
+def test_failure_status_and_message(failures, solution, status, needle):
+    r = failures.by(solution)
+    assert r["status"] == status
+    assert needle in r["message"]
+    assert r["speedup"] is None
+
+
+def test_one_wrong_value_reports_error_and_index(failures):
+    r = failures.by("one_wrong_value")
+    assert r["max_abs_err"] == pytest.approx(1.0, abs=1e-5)
+    assert r["first_mismatch"] is not None and r["first_mismatch"][1] == 0
+    assert r["seed"] in failures.run_json["seeds"]["shapes"]["tiny"]["check"]
+
+
+def test_honest_candidate_after_failures_is_still_correct(failures):
+    r = failures.by("python_cpu")
+    assert r["status"] == "correct" and r["flags"] == [] and r["speedup"] > 0
+
+
+def test_compiler_output_is_in_the_build_log(failures):
+    log = failures.out / "logs" / "compile_error.build.log"
+    assert "undeclared_thing" in log.read_text()
+
+
+def test_strict_exit_code(run_eval):
+    res = run_eval(CONFIGS / "cpu_failures.yaml", "--device", "cpu", "--strict", "--solution",
+                   str(CANDIDATES / "broken" / "raises.py"))
+    assert res.rc == 1
+    assert res.records[0]["status"] == "runtime_error"

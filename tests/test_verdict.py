@@ -1,0 +1,101 @@
+"""The verdict: each observation turns into the status and flag the docs promise, and nothing else does."""
+
+from harness.check import Comparison
+from harness.stats import summarize
+from harness.verdict import Calibration, CheckOutcome, Evidence, TimedVerification, decide
+
+OK = Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
+BAD = Comparison(False, "mismatch", "1 of 4 elements differ", 1.0, 1.0, (2,), 1)
+CAL = Calibration(empty_launch_us=20.0, read_us=25.0, copy_gbps=4000.0, host_gap_us=10.0, cache_bytes=60 * 2**20)
+
+
+def honest(device: str = "cuda", median: float = 200.0, **kw) -> Evidence:
+    e = Evidence(device=device, calibration=CAL, min_bytes=10**6)
+    e.checks = [CheckOutcome(seed=s, phase="check", comparison=OK) for s in (1, 2, 3)]
+    e.timing = summarize([median] * 30)
+    e.host_gap_us = 15.0
+    e.judge_call_us = median + 20
+    e.timed = [TimedVerification(i, 100 + i, ok=True) for i in range(16)]
+    e.graph_message = "capture failed: item() during capture"
+    for k, v in kw.items():
+        setattr(e, k, v)
+    return e
+
+
+def test_honest_evidence_is_correct_and_unflagged_but_for_info():
+    d = decide(honest())
+    assert d.status == "correct"
+    assert d.flags == ("not_graph_safe",)
+
+
+def test_launch_bound_flag_and_graph_safe_run():
+    e = honest(median=25.0, judge_call_us=40.0)
+    e.graph, e.graph_message = summarize([5.0] * 10), None
+    d = decide(e)
+    assert d.status == "correct" and d.flags == ("launch_bound",)
+
+
+def test_each_integrity_observation_rejects_with_its_flag():
+    cases = {
+        "patched_runtime": dict(patched={"time.perf_counter"}),
+        "not_plain_tensor": dict(bad_output=("not_plain_tensor", "forward returned Proxy")),
+        "timed_output_mismatch": dict(timed=[TimedVerification(0, 1, ok=True), TimedVerification(1, 2, ok=False)]),
+        "work_outside_timing": dict(host_gap_us=500.0),
+        "timer_mismatch": dict(judge_call_us=2000.0),
+        "faster_than_memory": dict(min_bytes=2 * 10**9),
+        "tampered_files": dict(tampered=["harness/timing.py"]),
+    }
+    for flag, kw in cases.items():
+        d = decide(honest(**kw))
+        assert d.status == "rejected", flag
+        assert flag in d.flags, (flag, d.flags)
+        assert d.message.startswith(flag)
+
+
+def test_check_observations_reject():
+    for attr, flag in (("aliases_input", "output_aliases_input"), ("input_mutated", "input_mutated"),
+                       ("late_write", "work_outside_timing"), ("thread_growth", "work_outside_timing")):
+        e = honest()
+        setattr(e.checks[1], attr, True)
+        d = decide(e)
+        assert (d.status, flag in d.flags) == ("rejected", True), attr
+    e = honest()
+    e.checks[2] = CheckOutcome(seed=9, phase="check", comparison=BAD, replay_of=1)
+    d = decide(e)
+    assert d.status == "rejected" and {"replayed_output", "mismatch"} <= set(d.flags)
+
+
+def test_faster_than_memory_needs_bytes_beyond_the_cache():
+    small = honest(median=1.0, judge_call_us=None, min_bytes=2 * 2**20)
+    assert "faster_than_memory" not in decide(small).flags
+    big = honest(median=100.0, min_bytes=10**9)
+    assert "faster_than_memory" in decide(big).flags
+    plausible = honest(median=300.0, min_bytes=10**9)
+    assert decide(plausible).status == "correct"
+
+
+def test_host_gap_limit_scales_with_call_time():
+    assert decide(honest(median=1000.0, judge_call_us=1000.0, host_gap_us=200.0)).status == "correct"
+    assert decide(honest(median=1000.0, judge_call_us=1000.0, host_gap_us=400.0)).status == "rejected"
+    assert decide(honest(device="cpu", host_gap_us=10_000.0)).status == "correct"
+
+
+def test_wrong_output_is_incorrect_with_seed_and_kind():
+    e = honest()
+    e.checks[1] = CheckOutcome(seed=77, phase="check", comparison=BAD)
+    d = decide(e)
+    assert (d.status, d.failing_seed, d.flags) == ("incorrect", 77, ("mismatch",))
+    assert "seed 77" in d.message
+
+
+def test_failures_and_static_policy():
+    assert decide(Evidence(device="cuda", failure=("compile_error", "x.cu: error"))).status == "compile_error"
+    assert decide(Evidence(device="cuda", failure=("build_timeout", "600 s"))).status == "timeout"
+    assert decide(Evidence(device="cuda", failure=("timeout", "no answer"))).status == "timeout"
+    assert decide(Evidence(device="cuda", failure=("runtime_error", "boom"))).status == "runtime_error"
+    strict = decide(Evidence(device="cuda", static_errors=["threads (line 3)"], static_policy="strict"))
+    assert strict.status == "rejected" and strict.flags == ("static:threads (line 3)",)
+    warned = decide(honest(static_errors=["threads (line 3)"], static_policy="warn"))
+    assert warned.status == "correct" and "static:threads (line 3)" in warned.flags
+    off = decide(honest(static_errors=["threads (line 3)"], static_policy="off"))
+    assert off.status == "correct" and not any(f.startswith("static") for f in off.flags)
