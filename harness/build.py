@@ -69,13 +69,18 @@ def toolchain_id(device: str) -> str:
 
 
 def default_jobs(reserved_cores: int = 1) -> int:
-    """Builds in parallel: two compiler processes each, about 2 GB of memory each."""
+    """Builds in parallel: one per core left after the evaluation lane, at most one per 3 GB of memory.
+
+    Each build runs its two compiler processes (main.cpp and the .cu) at once: a cold CUDA build is
+    two long single-threaded compiles, so two processes per core keeps every core busy without
+    running out of memory, and the batch finishes in about (CPU work / cores) rather than in waves.
+    """
     cores = len(os.sched_getaffinity(0))
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gb = 8
-    return max(1, min((cores - reserved_cores) // 2 or 1, int(mem_gb // 4) or 1))
+    return max(1, min(cores - reserved_cores, int(mem_gb // 3)))
 
 
 def build_env(arch: str | None, toolchain: str) -> dict[str, str]:

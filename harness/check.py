@@ -39,14 +39,18 @@ def tensor_from_bytes(data, meta: dict) -> torch.Tensor:
         raise ValueError(f"unsupported output dtype {meta['dtype']}")
     raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     expected = meta["nbytes"]
-    if raw.size != expected:
+    shape = [int(d) for d in meta["shape"]]
+    if raw.size != expected or expected != int(np.prod(shape, dtype=np.int64)) * torch.tensor([], dtype=dtype).element_size():
         raise ValueError(f"output holds {raw.size} bytes, its shape and dtype need {expected}")
-    t = torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
-    return t.view(dtype).reshape(meta["shape"])
+    t = torch.from_numpy(raw if raw.flags.writeable else raw.copy())
+    return t.view(dtype).reshape(shape)
 
 
 def read_output_file(meta: dict) -> torch.Tensor:
-    return tensor_from_bytes(np.fromfile(meta["file"], dtype=np.uint8), meta)
+    """Map a candidate's output file copy-on-write: no copy, and nothing written back."""
+    if meta["nbytes"] == 0:
+        return tensor_from_bytes(b"", meta)
+    return tensor_from_bytes(np.memmap(meta["file"], dtype=np.uint8, mode="c"), meta)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -294,6 +294,7 @@ class CandidateEvaluation:
             return
         if not g.get("graph_ok"):
             ev.graph_message = g.get("message", "graph capture failed")
+            self._discard()
             return
         n = int(g.get("warmup", 0)) + len(g["device_us"])
         checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)

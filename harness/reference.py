@@ -113,7 +113,8 @@ class ReferenceRunner:
                 seeds = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
                 for seed in seeds:
                     r = self._ask("check", seed=seed)
-                    outs = [(m, tensor_from_bytes(self.worker.recv_frame(self.timeout_s), m)) for m in r["outputs"]]
+                    outs = [(m, tensor_from_bytes(self.worker.recv_frame(m["nbytes"], self.timeout_s), m))
+                            for m in r["outputs"]]
                     ref.outputs[seed] = outs
                     ref.input_fps[seed] = r["input_fps"]
                     ref.in_bytes = r["input_bytes"]
@@ -124,6 +125,8 @@ class ReferenceRunner:
         return ref
 
     def timings(self, shape: Shape, device: str) -> RefTiming:
+        """Eager, then torch.compile, then (only when speedups use it) CUDA-graph replay, which is last
+        because a failed capture can leave the worker's CUDA state unusable."""
         t = RefTiming()
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
@@ -132,9 +135,6 @@ class ReferenceRunner:
                 self._setup(shape, False)
                 r = self._ask("time", base_seed=base, loop=self.loop, verify=False)
                 t.eager = summarize(r["device_us"])
-                if device == "cuda" and settings.graph:
-                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=_short(self.loop))
-                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
             return t
@@ -149,6 +149,14 @@ class ReferenceRunner:
                     t.compiled = summarize(r["device_us"])
             except (RuntimeError, WorkerGone) as e:
                 t.compile_error = str(e)[:500]
+        if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
+            try:
+                with self.lock:
+                    self._setup(shape, False)
+                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=_short(self.loop))
+                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
+            except (RuntimeError, WorkerGone) as e:
+                t.error = f"graph: {e}"
         return t
 
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:

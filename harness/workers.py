@@ -82,15 +82,20 @@ class WorkerHandle:
                 detail += f" ({type(e).__name__})"
             raise WorkerGone("died", detail) from None
 
-    def recv_frame(self, timeout: float) -> bytes:
+    def recv_frame(self, nbytes: int, timeout: float) -> bytearray:
+        """One raw data frame of a known size, received into a writable buffer (no extra copy)."""
+        buf = bytearray(nbytes)
         if not self.conn.poll(max(timeout, 0.0)):
             self.kill()
             raise WorkerGone("timeout", f"no data within {timeout:.0f} s")
         try:
-            return self.conn.recv_bytes()
-        except (EOFError, OSError):
+            n = self.conn.recv_bytes_into(buf)
+        except (EOFError, OSError, BufferError):
             self.kill()
             raise WorkerGone("died", describe_exit(self._wait_code())) from None
+        if n != nbytes:
+            raise WorkerGone("died", f"data frame of {n} bytes, expected {nbytes}")
+        return buf
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})

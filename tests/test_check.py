@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from harness.check import Comparison, compare_outputs, compare_tensor, fingerprint_matches, same_as, tensor_from_bytes
+from harness.check import (
+    Comparison,
+    compare_outputs,
+    compare_tensor,
+    fingerprint_matches,
+    same_as,
+    tensor_from_bytes,
+)
 from harness.config import Tolerance
 from harness.fingerprint import Fingerprinter
 from harness.worker import as_bytes, tensor_meta

@@ -28,6 +28,8 @@ from torch.utils.cpp_extension import load_inline
 THREADS = 256
 MAX_VEC = 16
 UNROLL = 4
+SYNC_READ_FIRST = 0  # ablation: read the row count before launching (a host round trip in front of the kernels)
+ZERO_FILL_FIRST = 0  # ablation: zero the whole output first, then scatter (the original kernel's extra pass)
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -40,6 +42,8 @@ cuda_source = r"""
 #define THREADS KBH_THREADS
 #define MAX_VEC KBH_MAX_VEC
 #define UNROLL KBH_UNROLL
+#define SYNC_READ_FIRST KBH_SYNC_READ_FIRST
+#define ZERO_FILL_FIRST KBH_ZERO_FILL_FIRST
 
 template <typename V>
 __global__ void __launch_bounds__(THREADS) scatter_rows(
@@ -185,7 +189,12 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
         auto it = capacity_hint.find(key);
         if (it != capacity_hint.end()) capacity = std::max(capacity, it->second);
     }
-    auto buffer = torch::empty({capacity, hidden}, src.options());
+    if (SYNC_READ_FIRST) {
+        C10_CUDA_CHECK(cudaEventSynchronize(copied));
+        capacity = std::max<int64_t>(host_total.data_ptr<int>()[0], 0);
+    }
+    auto buffer = ZERO_FILL_FIRST ? torch::zeros({capacity, hidden}, src.options())
+                                  : torch::empty({capacity, hidden}, src.options());
     auto written = torch::zeros({capacity}, src.options().dtype(torch::kUInt8));
     const int vec = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
                                  reinterpret_cast<uintptr_t>(buffer.data_ptr()));
@@ -210,7 +219,7 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
     auto out = buffer.narrow(0, 0, total);
     const int vz = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(out.data_ptr()),
                                 reinterpret_cast<uintptr_t>(out.data_ptr()));
-    DISPATCH_VEC(vz, launch_zero, out, written, total, stream, sms);
+    if (!ZERO_FILL_FIRST) DISPATCH_VEC(vz, launch_zero, out, written, total, stream, sms);
     return out;
 }
 """
@@ -221,10 +230,11 @@ cpp_source = (
 )
 
 pack_ext = load_inline(
-    name=f"pack_tokens_fast_t{THREADS}_v{MAX_VEC}_u{UNROLL}",
+    name=f"pack_tokens_fast_t{THREADS}_v{MAX_VEC}_u{UNROLL}_s{SYNC_READ_FIRST}_z{ZERO_FILL_FIRST}",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source.replace("KBH_THREADS", str(THREADS)).replace("KBH_MAX_VEC", str(MAX_VEC))
-    .replace("KBH_UNROLL", str(UNROLL)),
+    .replace("KBH_UNROLL", str(UNROLL)).replace("KBH_SYNC_READ_FIRST", str(SYNC_READ_FIRST))
+    .replace("KBH_ZERO_FILL_FIRST", str(ZERO_FILL_FIRST)),
     functions=["pack_tokens"],
     extra_cuda_cflags=["-O3"],
     verbose=False,

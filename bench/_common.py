@@ -1,0 +1,36 @@
+"""Helpers shared by the bench scripts: run run_eval.py, read its records and run.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_eval(*args: str, log: Path | None = None) -> tuple[float, Path, int]:
+    """Run run_eval.py; return wall seconds, output folder and exit code (the folder is --out's value)."""
+    out = Path(args[args.index("--out") + 1])
+    t0 = time.monotonic()
+    with open(log or out.with_suffix(".log"), "w") as f:
+        rc = subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, stdout=f,
+                            stderr=subprocess.STDOUT).returncode
+    return time.monotonic() - t0, out, rc
+
+
+def records(out: Path) -> list[dict]:
+    path = out / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_json(out: Path) -> dict:
+    return json.loads((out / "run.json").read_text())
+
+
+def md_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Roofline table of pack-tokens solutions on the GPU: bytes moved, time, GB/s, fraction of the copy
+bandwidth measured in the same run, speedups, and the issue's targets.
+
+    python bench/roofline.py [--solution FILE ...] [--ablations] [--out DIR]
+
+Targets (issue: a pack-tokens kernel at the memory-bandwidth limit): on wide, mixtral and deepseek,
+time <= 1.10 x a device-to-device copy of the same bytes, >= 3x eager, faster than torch.compile; on
+seed, time <= 1.3 x (empty launch + one read of a device value to the host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from _common import REPO, md_table, records, run_eval, run_json
+from variants import ABLATIONS, write
+
+BIG = ("wide", "mixtral", "deepseek")
+
+
+def table(out: Path) -> str:
+    run = run_json(out)
+    cal = run["calibration"]["0"]
+    copy_gbps = cal["copy_gbps"]
+    seed_limit = 1.3 * (cal["empty_launch_us"] + cal["read_us"])
+    rows = []
+    for r in records(out):
+        if r["status"] != "correct":
+            rows.append([r["solution"], r["shape"], r["status"], "", "", "", "", "", "", "", r["message"][:60]])
+            continue
+        mb = r["bytes_min"] / 1e6
+        copy_us = r["bytes_min"] / copy_gbps / 1e3
+        ratio = r["time_us"] / copy_us
+        if r["shape"] in BIG:
+            ok = ratio <= 1.10 and r["speedup"] >= 3 and (r["speedup_compile"] or 0) > 1
+            target = f"{'met' if ok else 'MISSED'} (<=1.10x copy, >=3x eager, >1x compile)"
+        elif r["shape"] == "seed":
+            target = f"{'met' if r['time_us'] <= seed_limit else 'MISSED'} (<= {seed_limit:.1f} us)"
+        else:
+            target = ""
+        rows.append([r["solution"], r["shape"], f"{mb:.1f}", f"{r['time_us']:.1f}", f"{r['timing']['runs']}",
+                     f"{r['bandwidth_gbps']:.0f}", f"{copy_us:.1f}", f"{ratio:.2f}x", f"{r['speedup']:.2f}x",
+                     f"{r['speedup_compile']:.2f}x" if r["speedup_compile"] else "-", target])
+    head = (f"GPU: {run['devices']['0'].get('gpu')}, torch {run['host']['torch']}; copy bandwidth "
+            f"{copy_gbps:.0f} GB/s (read+write, {cal['copy_bytes'] / 2**30:.0f} GiB copy), empty launch "
+            f"{cal['empty_launch_us']:.1f} us, device-to-host read {cal['read_us']:.1f} us; time: median us "
+            f"(runs = timed calls), CUDA events, L2 flushed.")
+    return head + "\n\n" + md_table(
+        ["solution", "shape", "MB moved", "time us", "runs", "GB/s", "copy of same bytes us", "time / copy",
+         "vs eager", "vs compile", "target"], rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--solution", nargs="*", default=[str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py")])
+    ap.add_argument("--ablations", action="store_true", help="also time the design-note ablations")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
+    args = ap.parse_args()
+    sols = list(args.solution)
+    if args.ablations:
+        sols += [str(p) for p in write(Path(tempfile.mkdtemp(prefix="kbh-ablate-")),
+                                       {f"fast_{k}": v for k, v in ABLATIONS.items()})]
+    out = args.out or Path(tempfile.mkdtemp(prefix="kbh-roofline-")) / "run"
+    wall, out, rc = run_eval(args.config, "--device", "cuda", "--solution", *sols, "--out", str(out))
+    print(table(out))
+    print(f"\n(run_eval exit {rc}, {wall:.0f} s, results in {out})")
+
+
+if __name__ == "__main__":
+    main()

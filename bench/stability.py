@@ -1,0 +1,61 @@
+"""Stability of the speedup: the same candidate through N separate evaluations (fresh processes, fresh
+seeds, fresh reference timings), then per shape the mean and coefficient of variation.
+
+    python bench/stability.py [--solution FILE] [--runs 5] [--config configs/pack_tokens.yaml]
+
+Targets on the H200: CV <= 1% on shapes over 50 us, <= 3% on the seed shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import REPO, md_table, records, run_eval, run_json
+
+sys.path.insert(0, str(REPO))
+from harness.stats import mean_cv  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--solution", default=str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="kbh-stability-"))
+    per_shape: dict[str, dict[str, list[float]]] = {}
+    device = ""
+    for i in range(args.runs):
+        wall, out, rc = run_eval(args.config, "--device", args.device, "--solution", args.solution,
+                                 "--out", str(base / f"run{i}"))
+        device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
+        for r in records(out):
+            d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": []})
+            if r["status"] == "correct":
+                d["speedup"].append(r["speedup"])
+                d["time_us"].append(r["time_us"])
+                d["ref"].append(r["ref_time_us"])
+        print(f"run {i}: {wall:.0f} s, exit {rc}", flush=True)
+    rows = []
+    for shape, d in per_shape.items():
+        if len(d["speedup"]) < 2:
+            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "not enough correct runs"])
+            continue
+        sm, scv = mean_cv(d["speedup"])
+        tm, tcv = mean_cv(d["time_us"])
+        _, rcv = mean_cv(d["ref"])
+        limit = 0.03 if shape == "seed" else (0.01 if tm > 50 else 0.03)
+        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", f"{tm:.1f}", f"{100 * tcv:.2f}%",
+                     f"{100 * rcv:.2f}%", f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
+    print(f"\n{args.runs} separate evaluations of {Path(args.solution).name} on {device}; speedup = reference eager "
+          "median / candidate median, each the median of that run's timed calls (CUDA events, L2 flushed).\n")
+    print(md_table(["shape", "runs", "speedup mean", "speedup CV", "time us mean", "time CV", "reference time CV",
+                    "target"], rows))
+
+
+if __name__ == "__main__":
+    main()

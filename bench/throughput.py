@@ -1,0 +1,61 @@
+"""Throughput of a batch: 16 distinct honest candidates (variants of the fast kernel) in one run, cold
+(empty build cache) and warm (same cache), against one cold build of a single candidate.
+
+    python bench/throughput.py [--config configs/pack_tokens.yaml] [--gpus N]
+
+Targets on the H200 host: the cold batch in at most 3x one cold build's time; the warm batch at most
+3 s per candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from _common import REPO, md_table, records, run_eval, run_json
+from variants import grid_variants, write
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
+    ap.add_argument("--gpus", default=None)
+    ap.add_argument("--shapes", nargs="*", default=None)
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="kbh-throughput-"))
+    cands = [str(p) for p in write(base / "candidates", grid_variants())]
+    extra = (["--gpus", args.gpus] if args.gpus else []) + (["--shapes", *args.shapes] if args.shapes else [])
+    common = [args.config, "--device", "cuda", *extra]
+
+    single_cache = base / "cache_single"
+    wall1, out1, _ = run_eval(*common, "--solution", cands[0], "--cache", str(single_cache), "--out",
+                              str(base / "single"))
+    one_build = run_json(out1)["builds"][Path(cands[0]).stem]["seconds"]
+
+    batch_cache = base / "cache_batch"
+    wall_cold, out_cold, rc_cold = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out",
+                                            str(base / "cold"))
+    wall_warm, out_warm, rc_warm = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out",
+                                            str(base / "warm"))
+    n = len(cands)
+    rows = []
+    for label, wall, out in (("one candidate, cold", wall1, out1), ("16 candidates, cold cache", wall_cold, out_cold),
+                             ("16 candidates, warm cache", wall_warm, out_warm)):
+        run = run_json(out)
+        builds = run["builds"].values()
+        recs = records(out)
+        correct = sum(r["status"] == "correct" for r in recs)
+        rows.append([label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
+                     sum(b["cached"] for b in builds), run["build_jobs"], f"{correct}/{len(recs)}"])
+    print(f"GPU: {run_json(out_cold)['devices']['0'].get('gpu')}; config {Path(args.config).name}; wall = whole "
+          f"run_eval (builds, reference, checks, timing, reports).\n")
+    print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds", "build jobs",
+                    "correct records"], rows))
+    print(f"\none cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
+          f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
+    print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
+
+
+if __name__ == "__main__":
+    main()

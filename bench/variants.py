@@ -1,0 +1,64 @@
+"""Generate honest variants of the fast pack-tokens kernel, one candidate file each.
+
+The grid (block size x vector width x unroll) gives the 16 distinct candidates of bench/throughput.py;
+the ablations (row count read first, whole output zero-filled first) are the measured alternatives in
+the solution's design note (bench/roofline.py).
+
+    python bench/variants.py OUT_DIR [--grid] [--ablations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1] / "solutions" / "pack_tokens" / "fast_vec16.py"
+GRID = {"THREADS": (128, 256), "MAX_VEC": (8, 16), "UNROLL": (1, 2, 4, 8)}
+ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZERO_FILL_FIRST": 1}}
+
+
+def render(settings: dict[str, int]) -> str:
+    text = SOURCE.read_text()
+    for key, value in settings.items():
+        text, n = re.subn(rf"^{key} = \d+", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
+        if n != 1:
+            raise ValueError(f"{SOURCE} has no constant {key}")
+    return text
+
+
+def grid_variants() -> dict[str, dict[str, int]]:
+    out = {}
+    for t, v, u in itertools.product(*GRID.values()):
+        out[f"fast_t{t}_v{v}_u{u}"] = {"THREADS": t, "MAX_VEC": v, "UNROLL": u}
+    return out
+
+
+def write(out_dir: Path, variants: dict[str, dict[str, int]]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, settings in variants.items():
+        p = out_dir / f"{name}.py"
+        p.write_text(render(settings))
+        paths.append(p)
+    return paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--grid", action="store_true", help="the 16 block x vector x unroll variants")
+    ap.add_argument("--ablations", action="store_true", help="the design-note ablations")
+    args = ap.parse_args()
+    variants = {}
+    if args.grid:
+        variants.update(grid_variants())
+    if args.ablations:
+        variants.update({f"fast_{k}": v for k, v in ABLATIONS.items()})
+    for p in write(args.out_dir, variants):
+        print(p)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The fast pack-tokens kernel (marker gpu): exact against the reference on adversarial routings, dtypes,
+row sizes, padding, single and zero tokens, outputs over 2^31 elements; clear errors outside the contract."""
+
+import os
+
+import pytest
+import torch
+
+from conftest import REPO
+
+pytestmark = pytest.mark.gpu
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@pytest.fixture(scope="module")
+def kernel(build_cache):
+    """Import the solution through the harness's build cache (a hit when the bundled run built it)."""
+    from harness import extcache
+    from harness.build import toolchain_id
+    from harness.build_worker import import_candidate
+
+    major, minor = torch.cuda.get_device_capability()
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
+    extcache.install(build_cache)
+    module = import_candidate(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
+    return module.ModelNew()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from harness.problem import load_namespace, read_problem
+
+    return load_namespace(read_problem(REPO / "problems" / "pack_tokens.py"))["Model"]()
+
+
+def routed(num_tokens, hidden, experts, dtype, routing, pad_to=None, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(num_tokens, hidden, device="cuda", generator=g).to(DTYPES[dtype])
+    if routing == "one_expert":
+        e = torch.full((num_tokens,), experts // 2, device="cuda", dtype=torch.long)
+    elif routing == "first_and_last":
+        e = torch.where(torch.rand(num_tokens, device="cuda", generator=g) < 0.5, 0, experts - 1).long()
+    else:
+        e = torch.randint(0, experts, (num_tokens,), device="cuda", generator=g)
+    counts = torch.bincount(e, minlength=experts)
+    order = torch.randperm(num_tokens, device="cuda", generator=g)
+    _, perm = torch.sort(e[order], stable=True)
+    grouped = order[perm]
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.empty(num_tokens, dtype=torch.long, device="cuda")
+    slot[grouped] = torch.arange(num_tokens, device="cuda") - starts[e[grouped]]
+    seg = (counts + pad_to - 1) // pad_to * pad_to if pad_to else counts
+    off = torch.zeros(experts + 1, dtype=torch.long, device="cuda")
+    off[1:] = torch.cumsum(seg, 0)
+    return [x, e.int(), slot.int(), off.int()]
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.uint8),
+                                                                     b.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("routing", ["random", "one_expert", "first_and_last"])
+@pytest.mark.parametrize("dtype, hidden", [("float32", 4096), ("bfloat16", 7168), ("float16", 4096),
+                                           ("float32", 130), ("bfloat16", 7), ("float16", 1)])
+@pytest.mark.parametrize("pad_to", [None, 16])
+def test_exact_on_routings_dtypes_rows_and_padding(kernel, reference, routing, dtype, hidden, pad_to):
+    inputs = routed(3001, hidden, 64, dtype, routing, pad_to, seed=hidden)
+    out = kernel(*inputs)
+    torch.cuda.synchronize()
+    assert same_bytes(out, reference(*inputs))
+
+
+@pytest.mark.parametrize("num_tokens, pad_to", [(1, None), (1, 8), (0, None), (0, 4)])
+def test_single_and_zero_tokens(kernel, reference, num_tokens, pad_to):
+    inputs = routed(num_tokens, 64, 8, "bfloat16", "random", pad_to)
+    assert same_bytes(kernel(*inputs), reference(*inputs))
+
+
+def test_misaligned_input_view_takes_the_narrow_path(kernel, reference):
+    x, e, s, off = routed(513, 256, 8, "float32", "random")
+    base = torch.randn(513 * 256 + 1, device="cuda")
+    shifted = base[1:].view(513, 256)
+    shifted.copy_(x)
+    assert shifted.data_ptr() % 16 != 0
+    assert same_bytes(kernel(shifted, e, s, off), reference(x, e, s, off))
+
+
+def test_out_of_range_indices_are_skipped_never_written(kernel):
+    x, e, s, off = routed(1000, 64, 8, "float32", "random")
+    e = e.clone()
+    s = s.clone()
+    e[:10] = 99
+    e[10:20] = -3
+    s[20:30] = 1 << 30
+    out = kernel(x, e, s, off)
+    torch.cuda.synchronize()
+    valid = torch.arange(1000, device="cuda") >= 30
+    want = torch.zeros_like(out)
+    want[(off.long()[e[valid].long()] + s[valid].long())] = x[valid]
+    assert same_bytes(out, want)
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda x, e, s, o: (x, e.long(), s, o), "int32"),
+    (lambda x, e, s, o: (x.cpu(), e, s, o), "CUDA tensor"),
+    (lambda x, e, s, o: (x.unsqueeze(0), e, s, o), "2-D"),
+    (lambda x, e, s, o: (x, e, s.cpu(), o), "must be on"),
+    (lambda x, e, s, o: (x, e[:-1], s, o), "one entry per token"),
+])
+def test_contract_violations_raise_clear_errors(kernel, mutate, needle):
+    args = mutate(*routed(100, 32, 4, "float32", "random"))
+    with pytest.raises(RuntimeError, match=needle):
+        kernel(*args)
+    torch.cuda.synchronize()
+
+
+def test_output_over_two_to_the_31_elements(kernel, reference):
+    inputs = routed(1 << 19, 4224, 32, "bfloat16", "random", pad_to=8)
+    out = kernel(*inputs)
+    assert out.numel() > 2**31
+    ref = reference(*inputs)
+    assert same_bytes(out, ref)
+    del out, ref, inputs
+    torch.cuda.empty_cache()
+
+
+def test_runs_on_the_current_stream(kernel, reference):
+    inputs = routed(4096, 1024, 16, "float32", "random", pad_to=4)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1_000_000)
+        out = kernel(*inputs)
+        snapshot = out.clone()
+    side.synchronize()
+    assert same_bytes(snapshot, reference(*inputs))

@@ -1,0 +1,138 @@
+"""GPU tests (marker gpu), run on the H200: bundled solutions on every shape, GPU-only cheats, honest
+variants, graph timing, graph safety, launch-bound detection, calibration, two lanes on one GPU."""
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS, REPO
+from harness.verdict import INFO
+
+pytestmark = pytest.mark.gpu
+GPU = CANDIDATES / "gpu"
+BUNDLED = REPO / "configs" / "pack_tokens.yaml"
+
+
+def integrity_flags(record: dict) -> list[str]:
+    return [f for f in record["flags"] if f not in INFO]
+
+
+@pytest.fixture(scope="module")
+def bundled(run_eval):
+    return run_eval(BUNDLED, "--device", "cuda")
+
+
+def test_fast_solution_is_correct_on_every_shape(bundled):
+    assert bundled.rc == 0, bundled.stderr
+    for shape in ("seed", "wide", "mixtral", "deepseek", "odd"):
+        r = bundled.by("fast_vec16", shape)
+        assert r["status"] == "correct", r
+        assert integrity_flags(r) == []
+        assert r["speedup"] > 1.0 and r["bandwidth_gbps"] > 0
+
+
+def test_original_kernel_correct_on_seed_and_wide_and_failing_with_reasons_elsewhere(bundled):
+    for shape in ("seed", "wide"):
+        r = bundled.by("original_warp_float4", shape)
+        assert r["status"] == "correct" and integrity_flags(r) == [], r
+        assert "not_graph_safe" in r["flags"]
+    for shape in ("mixtral", "deepseek"):
+        r = bundled.by("original_warp_float4", shape)
+        assert r["status"] == "runtime_error" and "Float" in r["message"], r
+    odd = bundled.by("original_warp_float4", "odd")
+    assert odd["status"] == "runtime_error" and "misaligned" in odd["message"], odd
+
+
+def test_reference_timed_eager_and_compiled(bundled):
+    timings = bundled.run_json["reference_timings"]["0"]
+    for shape in ("seed", "wide", "mixtral", "deepseek", "odd"):
+        assert timings[shape]["eager"]["median_us"] > 0
+        assert timings[shape]["compiled"] is not None or timings[shape]["compile_error"]
+    assert bundled.by("fast_vec16", "wide")["speedup_compile"] > 0
+
+
+def test_calibration_and_flush_size(bundled):
+    run = bundled.run_json
+    dev = run["devices"]["0"]
+    assert dev["flush_bytes"] >= 2 * dev["l2_bytes"] > 0
+    assert dev["l2_reset"] == "ok"
+    cal = run["calibration"]["0"]
+    assert cal["copy_gbps"] > 1000 and 0 < cal["empty_launch_us"] < 200
+
+
+@pytest.fixture(scope="module")
+def gpu_cheats(run_eval):
+    return run_eval(CONFIGS / "gpu_adversarial.yaml", "--device", "cuda", "--solution",
+                    str(GPU / "side_stream.py"), str(GPU / "stale_device_memory.py"),
+                    str(GPU / "pointer_cache_device.py"), str(CANDIDATES / "cheats"))
+
+
+@pytest.mark.parametrize("cheat, shape, flag, statuses", [
+    ("side_stream", "small", "work_outside_timing", ("rejected",)),
+    ("stale_device_memory", "padded", "uninitialized_output", ("incorrect", "rejected")),
+    ("pointer_cache_device", "small", "replayed_output", ("rejected",)),
+    ("replay_pointer", "small", "replayed_output", ("rejected",)),
+    ("count_switch", "small", "timed_output_mismatch", ("rejected",)),
+    ("mutate_input", "small", "input_mutated", ("rejected",)),
+    ("stale_memory", "small", "uninitialized_output", ("incorrect", "rejected")),
+    ("patch_timer", "small", "patched_runtime", ("rejected",)),
+    ("subclass_output", "small", "not_plain_tensor", ("rejected",)),
+    ("alias_input", "small", "output_aliases_input", ("rejected",)),
+    ("background_thread", "small", "work_outside_timing", ("rejected",)),
+    ("forge_results", "small", "tampered_files", ("rejected",)),
+])
+def test_gpu_cheats_are_caught(gpu_cheats, cheat, shape, flag, statuses):
+    r = gpu_cheats.by(cheat, shape)
+    assert r["status"] in statuses, r
+    assert flag in r["flags"], r
+
+
+def test_stale_device_memory_is_honest_where_no_padding_exists(gpu_cheats):
+    r = gpu_cheats.by("stale_device_memory", "small")
+    assert r["status"] == "correct" and integrity_flags(r) == [], r
+
+
+@pytest.fixture(scope="module")
+def honest_variants(run_eval):
+    return run_eval(BUNDLED, "--device", "cuda", "--shapes", "seed", "odd", "--solution", str(GPU / "two_kernels.py"),
+                    str(GPU / "cublas_mm.py"), str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
+
+
+def test_honest_variants_are_correct_with_no_integrity_flag(honest_variants):
+    assert honest_variants.rc == 0, honest_variants.stderr
+    for r in honest_variants.records:
+        assert r["status"] == "correct", r
+        assert integrity_flags(r) == [], r
+
+
+@pytest.fixture(scope="module")
+def vadd(run_eval):
+    return run_eval(CONFIGS / "gpu_vadd.yaml", "--device", "cuda", "--solution", str(GPU / "vadd_current_stream.py"),
+                    str(GPU / "vadd_legacy_stream.py"))
+
+
+def test_graph_replay_time_for_a_graph_safe_kernel(vadd):
+    for shape in ("tiny", "large"):
+        r = vadd.by("vadd_current_stream", shape)
+        assert r["status"] == "correct" and "not_graph_safe" not in r["flags"], r
+        assert r["gpu_time_us"] is not None and r["gpu_time_us"] > 0
+    large = vadd.by("vadd_current_stream", "large")
+    assert large["gpu_time_us"] <= large["time_us"] * 1.1
+
+
+def test_legacy_stream_kernel_is_not_graph_safe(vadd):
+    for shape in ("tiny", "large"):
+        r = vadd.by("vadd_legacy_stream", shape)
+        assert r["status"] == "correct", r
+        assert "not_graph_safe" in r["flags"] and r["gpu_time_us"] is None
+
+
+def test_launch_bound_flag_on_tiny_not_on_large(vadd):
+    assert "launch_bound" in vadd.by("vadd_current_stream", "tiny")["flags"]
+    assert "launch_bound" not in vadd.by("vadd_current_stream", "large")["flags"]
+
+
+def test_two_lanes_share_one_gpu(run_eval):
+    res = run_eval(CONFIGS / "gpu_vadd.yaml", "--device", "cuda", "--gpus", "0,0", "--shapes", "large",
+                   "--solution", str(GPU / "vadd_current_stream.py"), str(GPU / "vadd_legacy_stream.py"))
+    assert res.rc == 0, res.stderr
+    assert {r["lane"] for r in res.records} == {0, 1}
+    assert all(r["status"] == "correct" for r in res.records)
