@@ -1,36 +1,47 @@
 #!/usr/bin/env bash
 # One device session on the GPU machine, from the repo root: each step's log lands in $OUT.
-#   bash bench/gpu_session.sh info tests eval roofline throughput stability cache
-# Steps run in the order given; a failing step is logged and the next one runs.
+#   DEADLINE=570 bash bench/gpu_session.sh info build eval cache tests runs
+# Steps run in the order given; a failing step is logged and the next one runs; no step runs past
+# DEADLINE seconds after the start (the device tool's limit is 600 s a command).
 set -u
 OUT=${OUT:-/tmp/kbh-out}
 mkdir -p "$OUT" results
 export PYTHONUNBUFFERED=1 KBH_TEST_CACHE="$PWD/.cache/kbh"
 PY=${PY:-python3}
-log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/session.log"; }
+START=$(date +%s)
+DEADLINE=${DEADLINE:-570}
+left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
+log() { echo "== $(date -u +%H:%M:%S) +$(( $(date +%s) - START ))s $*" | tee -a "$OUT/session.log"; }
+ALL_CUDA="solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py tests/candidates/gpu"
 for step in "$@"; do
-  log "start $step"
+  t=$(left)
+  if [ "$t" -lt 15 ]; then log "skip $step (deadline)"; continue; fi
+  log "start $step (${t}s left)"
   case "$step" in
     info)
-      { nvidia-smi; $PY -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nproc; free -g; } >> "$OUT/session.log" 2>&1 ;;
+      { nvidia-smi; $PY -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nproc; free -g; df -h /dev/shm /tmp .; } >> "$OUT/session.log" 2>&1 ;;
+    build)
+      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-build \
+        --solution $ALL_CUDA .cache/ablations > "$OUT/build.log" 2>&1 ;;
     tests)
-      timeout 1500 $PY -m pytest -m gpu -q -rA tests/gpu > "$OUT/gpu_tests.log" 2>&1 ;;
+      timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu > "$OUT/gpu_tests.log" 2>&1 ;;
     eval)
       rm -rf results/gpu-bundled
-      timeout 900 $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
+      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
       cat results/gpu-bundled/summary.md >> "$OUT/eval.log" ;;
     roofline)
-      timeout 900 $PY bench/roofline.py --ablations --out results/gpu-roofline > "$OUT/roofline.log" 2>&1 ;;
+      timeout "$t" $PY bench/roofline.py --ablations --out results/gpu-roofline > "$OUT/roofline.log" 2>&1 ;;
     throughput)
-      timeout 1500 $PY bench/throughput.py > "$OUT/throughput.log" 2>&1 ;;
+      timeout "$t" $PY bench/throughput.py > "$OUT/throughput.log" 2>&1 ;;
     stability)
-      timeout 1200 $PY bench/stability.py > "$OUT/stability.log" 2>&1 ;;
+      timeout "$t" $PY bench/stability.py > "$OUT/stability.log" 2>&1 ;;
     cache)
-      tar czf "$OUT/cache.tgz" --exclude='*.o' --exclude='*.lock' .cache/kbh 2>> "$OUT/session.log"
-      ls -la "$OUT" >> "$OUT/session.log" ;;
+      tar czf "$OUT/cache.tgz" --exclude='*.o' --exclude='*.lock' .cache 2>> "$OUT/session.log" ;;
     runs)
-      tar czf "$OUT/runs.tgz" --exclude='*.bin' results /tmp/kbh-* 2>/dev/null ;;
+      tar czf "$OUT/runs.tgz" --exclude='*.bin' results 2>/dev/null ;;
     *) echo "unknown step $step" >> "$OUT/session.log" ;;
   esac
   log "end $step rc=$?"
 done
+ls -la "$OUT" >> "$OUT/session.log"

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation lanes: a count, or device indices like 0,1 (0,0 = two lanes on GPU 0)")
     p.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR, skipping finished records")
     p.add_argument("--cache", metavar="DIR", help="build cache folder (default: .cache/kbh, or $KBH_CACHE)")
+    p.add_argument("--build-only", action="store_true",
+                   help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
     return p
 
 
@@ -72,7 +74,11 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
     elif device == "cuda" and not _cuda_visible():
         raise UsageError("--device cuda: no CUDA device is visible")
     src = read_problem(config.problem)
-    shapes = select_shapes(config.shapes, args.shapes)
+    wanted = args.shapes
+    if not wanted and device == "cpu" and config.cpu_shapes:
+        wanted = list(config.cpu_shapes)
+        notes.append(f"CPU run: the config's cpu_shapes ({', '.join(wanted)})")
+    shapes = select_shapes(config.shapes, wanted)
     validate(src, shapes)
     if args.solution:
         paths = expand_solutions(args.solution)
@@ -110,7 +116,7 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
         static_policy=args.static_checks or config.static_checks, lanes=parse_lanes(args.gpus, device),
         jobs=args.jobs or config.build.jobs or default_jobs(), out_dir=out_dir.resolve(),
         cache_dir=Path(args.cache).resolve() if args.cache else default_cache_dir(REPO_ROOT), run_id=run_id,
-        notes=tuple(notes),
+        notes=tuple(notes), build_only=args.build_only,
     )
 
 

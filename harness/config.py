@@ -79,6 +79,7 @@ class Config:
     build: BuildSettings
     timeouts: Timeouts
     static_checks: str = "strict"
+    cpu_shapes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -190,7 +191,8 @@ def load_config(path: str | Path) -> Config:
         where = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
     top = _Reader(file, data)
-    top.only(("problem", "solutions", "shapes", "check", "timing", "build", "timeouts", "static_checks"))
+    top.only(("problem", "solutions", "shapes", "cpu_shapes", "check", "timing", "build", "timeouts",
+              "static_checks"))
     base = file.resolve().parent
     if "problem" not in top.data:
         raise UsageError(f"{path}: missing key 'problem'")
@@ -243,5 +245,9 @@ def load_config(path: str | Path) -> Config:
                         shape_s=tmo.number("shape_s", 300.0, 0.0, lo_open=True))
 
     static = top.choice("static_checks", "strict", STATIC_POLICIES)
+    cpu_shapes = top.data.get("cpu_shapes") or []
+    names = {s.name for s in shapes}
+    if not isinstance(cpu_shapes, list) or any(n not in names for n in cpu_shapes):
+        top.fail("cpu_shapes", f"expected a list of shape names ({', '.join(names)})", cpu_shapes)
     return Config(path=file.resolve(), problem=problem, solutions=solutions, shapes=shapes, check=check,
-                  timing=timing, build=build, timeouts=timeouts, static_checks=static)
+                  timing=timing, build=build, timeouts=timeouts, static_checks=static, cpu_shapes=tuple(cpu_shapes))

@@ -30,6 +30,7 @@ class Plan:
     cache_dir: Path
     run_id: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    build_only: bool = False
 
     def check_seeds(self, shape: str) -> list[int]:
         return [derive(self.master_seed, shape, "check", k) for k in range(self.seeds)]

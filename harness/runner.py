@@ -37,6 +37,7 @@ from .reference import ReferenceRunner, ReferenceStore, RefTiming
 from .workers import WorkerGone, WorkerHandle
 
 POISON_BYTES = 4 * 2**30
+SHM_MIN_FREE = 8 * 2**30
 
 
 class Runner:
@@ -60,7 +61,10 @@ class Runner:
 
     # -- set-up --------------------------------------------------------------------------------
     def _scratch(self) -> Path:
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        """Private scratch space for output files: memory-backed when /dev/shm has room for large outputs."""
+        base = None
+        if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE:
+            base = "/dev/shm"
         return Path(tempfile.mkdtemp(prefix="kbh-", dir=base))
 
     def _cores(self) -> tuple[list[list[int] | None], list[int] | None]:
@@ -159,7 +163,11 @@ class Runner:
             if arch:
                 eval_env["TORCH_CUDA_ARCH_LIST"] = arch
             work: queue.Queue = queue.Queue()
-            lanes = [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
+            if plan.build_only:
+                for r in refs:
+                    r.worker.close()
+                refs = []
+            lanes = [] if plan.build_only else [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
                                       args=(i, refs[i], lane_cores[i], eval_env, work, todo, findings, progress,
                                             t_ref, t_eval), daemon=True)
                      for i in range(len(plan.lanes))]
@@ -196,7 +204,11 @@ class Runner:
                     with self.lock:
                         self.building.discard(c.name)
                     progress.advance(t_build)
-                    if result.status in ("compile_error", "timeout"):
+                    if plan.build_only:
+                        progress.advance(t_eval, len(todo[c.name]))
+                        self.console.print(f"{c.name}: {result.status} in {result.seconds:.0f} s"
+                                           f"{' (cached)' if result.cached else ''} {result.message}")
+                    elif result.status in ("compile_error", "timeout"):
                         self._write_all(static_only_records(plan, c, todo[c.name],
                                                             self._static_kwargs(findings[c.name]), result,
                                                             self._device_name()))

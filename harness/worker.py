@@ -121,6 +121,7 @@ class RuntimeWatch:
 
     def __init__(self):
         self.snapshot = {name: self._callables(obj) for name, obj in self._targets().items()}
+        self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
 
     @staticmethod
     def _targets() -> dict[str, Any]:
@@ -154,9 +155,7 @@ class RuntimeWatch:
                 continue
             now = vars(obj)
             out.extend(f"{name}.{k}" for k, v in before.items() if now.get(k) is not v)
-        for name in self.snapshot:
-            if name.startswith("harness") and sys.modules.get(name) is None:
-                out.append(f"sys.modules[{name}]")
+        out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
         return sorted(out)[:20]
 
 
@@ -287,11 +286,10 @@ class Worker:
         cls = self.ns["Model"] if self.role == "reference" else self.cls
         self.model = problem.build_model(cls, self.ns, init_seed, self.device)
         if compile_model:
-            import torch._dynamo
-
+            dynamo_config = importlib.import_module("torch._dynamo.config")
             for attr in ("recompile_limit", "cache_size_limit"):
-                if hasattr(torch._dynamo.config, attr):
-                    setattr(torch._dynamo.config, attr, 64)
+                if hasattr(dynamo_config, attr):
+                    setattr(dynamo_config, attr, 64)
             self.compiled = torch.compile(self.model)
         self.sync()
         return {}
