@@ -51,11 +51,11 @@ class LaneContext:
     ref: ReferenceRunner
     timings: dict[str, RefTiming]
     calibration: verdict.Calibration
-    spawn: Callable[[Path], WorkerHandle]
-    init_args: dict
     scratch: Path
     log_dir: Path
     device_name: str
+    cores: list[int] | None = None
+    poison_bytes: int = 0
 
 
 class SparePool:
@@ -123,6 +123,15 @@ class CandidateEvaluation:
             raise CandidateFailure(f"{where}: {reply.get('message', 'failed')}", bool(reply.get("cuda_error")))
         return reply
 
+    def _keep_if_healthy(self, deadline: float) -> None:
+        """A failed capture can leave the CUDA context unusable: keep the worker only if it still computes."""
+        try:
+            if self._ask("probe", min(deadline, time.monotonic() + 30)).get("healthy"):
+                return
+        except (CandidateFailure, WorkerGone):
+            pass
+        self._discard()
+
     def _discard(self) -> None:
         if self.worker is not None:
             self.worker.kill()
@@ -136,7 +145,8 @@ class CandidateEvaluation:
         deadline = time.monotonic() + self.plan.config.timeouts.load_s
         self._ask("log", deadline, path=str(self.log))
         try:
-            reply = self._ask("load", deadline, path=str(self.cand.copy_path))
+            reply = self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
+                              poison_bytes=self.lane.poison_bytes)
         except CandidateFailure as e:
             if e.bad_output:
                 raise
@@ -294,7 +304,7 @@ class CandidateEvaluation:
             return
         if not g.get("graph_ok"):
             ev.graph_message = g.get("message", "graph capture failed")
-            self._discard()
+            self._keep_if_healthy(deadline)
             return
         n = int(g.get("warmup", 0)) + len(g["device_us"])
         checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)

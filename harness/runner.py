@@ -168,8 +168,8 @@ class Runner:
                     r.worker.close()
                 refs = []
             lanes = [] if plan.build_only else [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
-                                      args=(i, refs[i], lane_cores[i], eval_env, work, todo, findings, progress,
-                                            t_ref, t_eval), daemon=True)
+                                      args=(i, refs[i], lane_cores[i], build_cores, eval_env, work, todo, findings,
+                                            progress, t_ref, t_eval), daemon=True)
                      for i in range(len(plan.lanes))]
             for t in lanes:
                 t.start()
@@ -308,8 +308,8 @@ class Runner:
         tmp.replace(self.out / "run.json")
 
     # -- lanes ------------------------------------------------------------------------------------
-    def _lane(self, i: int, ref: ReferenceRunner, cores, env: dict, work: queue.Queue, todo, findings, progress,
-              t_ref, t_eval) -> None:
+    def _lane(self, i: int, ref: ReferenceRunner, cores, spare_cores, env: dict, work: queue.Queue, todo, findings,
+              progress, t_ref, t_eval) -> None:
         plan = self.plan
         info = self.lane_info[i]
         lane_env = dict(env)
@@ -327,8 +327,7 @@ class Runner:
             progress.advance(t_ref)
 
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
-                     "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": cores,
-                     "poison_bytes": POISON_BYTES if plan.device == "cuda" else 0}
+                     "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores}
 
         def make_spare() -> WorkerHandle | None:
             self._guard_check()
@@ -345,8 +344,9 @@ class Runner:
         spares = SparePool(make_spare)
         spares.prime()
         ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
-                          spawn=None, init_args=init_args, scratch=self.scratch, log_dir=self.logs,
-                          device_name=info.get("gpu") or self._device_name())
+                          scratch=self.scratch, log_dir=self.logs,
+                          device_name=info.get("gpu") or self._device_name(), cores=cores,
+                          poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
         try:
             while True:
                 item = work.get()

@@ -224,12 +224,24 @@ class Worker:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
-                 cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
-        self.role, self.device = role, device
+    def _pin(self, cores: list[int] | None) -> None:
         if cores:
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
+
+    def _poison_free_memory(self, nbytes: int) -> None:
+        """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved
+        from it read as NaN (floats) or -1 (ints) until written."""
+        if nbytes and self.device == "cuda":
+            free, _ = torch.cuda.mem_get_info()
+            block = torch.empty(min(nbytes, free // 4), dtype=torch.uint8, device="cuda").fill_(255)
+            del block
+            torch.cuda.synchronize()
+
+    def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
+                 cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
+        self.role, self.device = role, device
+        self._pin(cores)
         torch.set_grad_enabled(False)
         self.ns = problem.load_namespace(problem.ProblemSource(**problem_src))
         info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
@@ -240,11 +252,7 @@ class Worker:
             flush = max(2 * l2, 256 * 2**20)
             info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                         l2_bytes=l2, memory_bytes=props.total_memory)
-            if poison_bytes:
-                free, _ = torch.cuda.mem_get_info()
-                n = min(poison_bytes, free // 4)
-                block = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(255)
-                del block
+            self._poison_free_memory(poison_bytes)
             self.clock = timing.CudaClock("cuda", flush)
         else:
             flush = max(2 * _llc_bytes(), 64 * 2**20)
@@ -272,7 +280,10 @@ class Worker:
         os.close(fd)
         return {}
 
-    def cmd_load(self, frames, path: str) -> dict:
+    def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
+        """Move to the lane's timing core (spares start elsewhere), poison free memory, import the candidate."""
+        self._pin(cores)
+        self._poison_free_memory(poison_bytes)
         module = import_candidate(path)
         self.cls = getattr(module, "ModelNew", None)
         if self.cls is None:
@@ -502,6 +513,12 @@ class Worker:
 
     def cmd_ping(self, frames) -> dict:
         return {}
+
+    def cmd_probe(self, frames) -> dict:
+        """Is the device still usable (after a failed graph capture, say)?"""
+        x = torch.ones(4, device=self.device)
+        self.sync()
+        return {"healthy": float((x + 1).sum().item()) == 8.0}
 
 
 def main() -> None:
