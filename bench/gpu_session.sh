@@ -28,10 +28,14 @@ for step in "$@"; do
       timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu > "$OUT/gpu_tests.log" 2>&1 ;;
     eval)
       rm -rf results/gpu-bundled
-      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
-      cat results/gpu-bundled/summary.md >> "$OUT/eval.log" ;;
+      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled \
+        --solution solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py .cache/ablations \
+        > "$OUT/eval.log" 2>&1
+      cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
+      export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
     roofline)
-      timeout "$t" $PY bench/roofline.py --ablations --out results/gpu-roofline > "$OUT/roofline.log" 2>&1 ;;
+      $PY bench/roofline.py --run results/gpu-bundled > "$OUT/roofline.log" 2>&1 ;;
     throughput)
       timeout "$t" $PY bench/throughput.py > "$OUT/throughput.log" 2>&1 ;;
     stability)

@@ -58,7 +58,11 @@ def main() -> None:
     ap.add_argument("--ablations", action="store_true", help="also time the design-note ablations")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
+    ap.add_argument("--run", type=Path, default=None, help="format an existing run folder instead of running")
     args = ap.parse_args()
+    if args.run:
+        print(table(args.run))
+        return
     sols = list(args.solution)
     if args.ablations:
         sols += [str(p) for p in write(Path(tempfile.mkdtemp(prefix="kbh-ablate-")),

@@ -33,12 +33,15 @@ class Comparison:
     uninitialized: bool = False
 
 
-def tensor_from_bytes(data, meta: dict) -> torch.Tensor:
+def tensor_from_bytes(data, meta: dict, prefix_ok: bool = False) -> torch.Tensor:
+    """A tensor over these bytes; with prefix_ok the data may be longer (a reused output slot)."""
     dtype = DTYPES.get(meta["dtype"])
     if dtype is None:
         raise ValueError(f"unsupported output dtype {meta['dtype']}")
     raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     expected = meta["nbytes"]
+    if prefix_ok and raw.size >= expected:
+        raw = raw[:expected]
     shape = [int(d) for d in meta["shape"]]
     if raw.size != expected or expected != int(np.prod(shape, dtype=np.int64)) * torch.tensor([], dtype=dtype).element_size():
         raise ValueError(f"output holds {raw.size} bytes, its shape and dtype need {expected}")
@@ -47,10 +50,10 @@ def tensor_from_bytes(data, meta: dict) -> torch.Tensor:
 
 
 def read_output_file(meta: dict) -> torch.Tensor:
-    """Map a candidate's output file copy-on-write: no copy, and nothing written back."""
+    """Map a candidate's output slot copy-on-write: no copy, and nothing written back."""
     if meta["nbytes"] == 0:
         return tensor_from_bytes(b"", meta)
-    return tensor_from_bytes(np.memmap(meta["file"], dtype=np.uint8, mode="c"), meta)
+    return tensor_from_bytes(np.memmap(meta["file"], dtype=np.uint8, mode="c"), meta, prefix_ok=True)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

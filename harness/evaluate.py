@@ -167,6 +167,7 @@ class CandidateEvaluation:
             self.worker = None
 
     def evaluate_shape(self, shape: Shape) -> Record:
+        t0 = time.monotonic()
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors,
                       static_warnings=self.static_warnings, static_policy=self.plan.static_policy,
                       calibration=self.lane.calibration)
@@ -197,24 +198,17 @@ class CandidateEvaluation:
                     self._discard()
         ev.patched = set(self.patched)
         ev.tampered = self.tampered()
-        return self._record(shape, ev, ref, ref_t)
+        return self._record(shape, ev, ref, ref_t, time.monotonic() - t0)
 
     def _tol_for(self, dtype: str):
         return self.plan.config.check.tolerance_for(dtype)
 
     def _read_outputs(self, reply: dict, prefix: str) -> list[tuple[dict, object]]:
-        outs = []
-        for i, meta in enumerate(reply.get("outputs") or []):
-            meta = dict(meta, file=f"{prefix}.{i}.bin")
-            try:
-                outs.append((meta, read_output_file(meta)))
-            finally:
-                Path(meta["file"]).unlink(missing_ok=True)
-        return outs
+        return [(m, read_output_file(dict(m, file=f"{prefix}.{i}.bin"))) for i, m in enumerate(reply.get("outputs") or [])]
 
     def _check(self, shape: Shape, ev: Evidence, ref, seed: int, phase: str, deadline: float,
                first: bool) -> CheckOutcome:
-        prefix = str(self.lane.scratch / f"out-{self.token}-{seed}")
+        prefix = str(self.lane.scratch / f"out-{self.token}")
         reply = self._ask("check", deadline, seed=seed, out_prefix=prefix)
         try:
             cand = self._read_outputs(reply, prefix)
@@ -314,7 +308,7 @@ class CandidateEvaluation:
             ev.graph_message = "graph replays gave wrong outputs (work outside the captured stream?)"
 
     # -- record ------------------------------------------------------------------------------
-    def _record(self, shape: Shape, ev: Evidence, ref, ref_t: RefTiming) -> Record:
+    def _record(self, shape: Shape, ev: Evidence, ref, ref_t: RefTiming, seconds: float) -> Record:
         d = verdict.decide(ev)
         correct = d.status == "correct"
         t = ev.timing
@@ -343,7 +337,7 @@ class CandidateEvaluation:
             bandwidth_gbps=bw if correct else None,
             bandwidth_frac=(bw / copy) if correct and bw and copy else None,
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
-            log=str(self.log),
+            log=str(self.log), eval_seconds=seconds,
         )
 
 

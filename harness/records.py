@@ -41,6 +41,7 @@ class Record:
     lane: int = 0
     solution_path: str = ""
     log: str = ""
+    eval_seconds: float | None = None
 
     def to_json(self) -> dict:
         """Non-finite figures (a relative error against a zero reference) become null."""
