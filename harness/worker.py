@@ -11,6 +11,7 @@ before the candidate is imported; the worker reports any later change to them.
 from __future__ import annotations
 
 import builtins
+import ctypes
 import gc
 import importlib
 import json
@@ -94,16 +95,28 @@ class OutputSlots:
             with open(path, "wb") as f:
                 f.truncate(cap)
             buf = torch.from_file(path, shared=True, size=cap, dtype=torch.uint8)
-            if src.is_cuda:
-                torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), cap, 0)
+            if src.is_cuda and _cudart() is not None:
+                if _cudart().cudaHostRegister(ctypes.c_void_p(buf.data_ptr()), ctypes.c_size_t(cap), 0) != 0:
+                    _cudart().cudaGetLastError()
             self.slots[path] = (cap, buf)
         if n:
             buf[:n].copy_(src)
 
     def _release(self, path: str) -> None:
         cap, buf = self.slots.pop(path, (0, None))
-        if buf is not None and torch.cuda.is_initialized():
-            torch.cuda.cudart().cudaHostUnregister(buf.data_ptr())
+        if buf is not None and torch.cuda.is_initialized() and _cudart() is not None:
+            if _cudart().cudaHostUnregister(ctypes.c_void_p(buf.data_ptr())) != 0:
+                _cudart().cudaGetLastError()
+
+
+_CUDART: list = []
+
+
+def _cudart():
+    """The CUDA runtime torch loaded, through ctypes (its errors cleared here, never left for a candidate)."""
+    if not _CUDART:
+        _CUDART.append(timing._find_cudart())
+    return _CUDART[0]
 
 
 def poison(outs: list[torch.Tensor]) -> None:
