@@ -37,7 +37,7 @@ for step in "$@"; do
     roofline)
       $PY bench/roofline.py --run results/gpu-bundled > "$OUT/roofline.log" 2>&1 ;;
     throughput)
-      timeout "$t" $PY bench/throughput.py > "$OUT/throughput.log" 2>&1 ;;
+      timeout "$t" $PY bench/throughput.py ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 ;;
     stability)
       timeout "$t" $PY bench/stability.py > "$OUT/stability.log" 2>&1 ;;
     cache)

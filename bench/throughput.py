@@ -29,7 +29,7 @@ def main() -> None:
     common = [args.config, "--device", "cuda", *extra]
 
     single_cache = base / "cache_single"
-    wall1, out1, _ = run_eval(*common, "--solution", cands[0], "--cache", str(single_cache), "--out",
+    wall1, out1, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache", str(single_cache), "--out",
                               str(base / "single"))
     one_build = run_json(out1)["builds"][Path(cands[0]).stem]["seconds"]
 
@@ -40,7 +40,8 @@ def main() -> None:
                                             str(base / "warm"))
     n = len(cands)
     rows = []
-    for label, wall, out in (("one candidate, cold", wall1, out1), ("16 candidates, cold cache", wall_cold, out_cold),
+    for label, wall, out in (("one candidate, cold build only", wall1, out1),
+                             ("16 candidates, cold cache", wall_cold, out_cold),
                              ("16 candidates, warm cache", wall_warm, out_warm)):
         run = run_json(out)
         builds = run["builds"].values()

@@ -123,15 +123,6 @@ class CandidateEvaluation:
             raise CandidateFailure(f"{where}: {reply.get('message', 'failed')}", bool(reply.get("cuda_error")))
         return reply
 
-    def _keep_if_healthy(self, deadline: float) -> None:
-        """A failed capture can leave the CUDA context unusable: keep the worker only if it still computes."""
-        try:
-            if self._ask("probe", min(deadline, time.monotonic() + 30)).get("healthy"):
-                return
-        except (CandidateFailure, WorkerGone):
-            pass
-        self._discard()
-
     def _discard(self) -> None:
         if self.worker is not None:
             self.worker.kill()
@@ -222,6 +213,8 @@ class CandidateEvaluation:
                     replay_of = other
                     break
         threads = reply.get("threads") or [0, 0]
+        if not cmp.ok and replay_of is None and reply.get("reused_output"):
+            replay_of = -1
         outcome = CheckOutcome(
             seed=seed, phase=phase, comparison=cmp, replay_of=replay_of,
             late_write=bool(reply.get("late_write")), aliases_input=bool(reply.get("aliases_input")),
@@ -298,7 +291,7 @@ class CandidateEvaluation:
             return
         if not g.get("graph_ok"):
             ev.graph_message = g.get("message", "graph capture failed")
-            self._keep_if_healthy(deadline)
+            self._discard()  # a failed capture leaves torch's CUDA RNG unusable in that process
             return
         n = int(g.get("warmup", 0)) + len(g["device_us"])
         checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)

@@ -327,7 +327,8 @@ class Runner:
             progress.advance(t_ref)
 
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
-                     "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores}
+                     "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
+                     "device_now": False}
 
         def make_spare() -> WorkerHandle | None:
             self._guard_check()

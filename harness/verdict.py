@@ -127,7 +127,9 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
             flags["input_mutated"] = f"seed {c.seed}: inputs differ after the call"
         if not c.deterministic_kept:
             flags["patched_runtime"] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
-        if c.replay_of is not None:
+        if c.replay_of == -1:
+            flags["replayed_output"] = f"seed {c.seed}: returned an earlier call's output tensor again, not rewritten"
+        elif c.replay_of is not None:
             flags["replayed_output"] = f"seed {c.seed}: output equals the reference for seed {c.replay_of}"
         if c.late_write:
             flags["work_outside_timing"] = f"seed {c.seed}: output changed after forward returned"

@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 import types
+import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,13 @@ def _llc_bytes() -> int:
         return 32 * 2**20
 
 
+class _EmptyModel(torch.nn.Module):
+    """The thinnest candidate: a module whose forward launches one one-element kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.add_(1)
+
+
 class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
@@ -212,6 +220,7 @@ class Worker:
         self.params: dict = {}
         self.py_threads: set[int] = set()
         self.slots = OutputSlots()
+        self.returned: list = []
 
     # -- transport ---------------------------------------------------------------------------
     def send(self, obj: dict) -> None:
@@ -273,33 +282,41 @@ class Worker:
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
-                 cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
+                 cores: list[int] | None = None, device_now: bool = True) -> dict:
+        """Everything that needs no device; the device itself too when device_now. A spare candidate worker
+        starts without it: a CUDA context created while another candidate is being timed on the same GPU
+        would share the GPU with it and slow its timed calls."""
         self.role, self.device = role, device
+        self.fp_seed = fp_seed
         self._pin(cores)
         torch.set_grad_enabled(False)
         self.ns = problem.load_namespace(problem.ProblemSource(**problem_src))
+        if role == "candidate":
+            extcache.install(cache_dir)
+        importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
         info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
-        if device == "cuda":
+        if device_now:
+            info.update(self._init_device())
+        return info
+
+    def _init_device(self) -> dict:
+        info: dict = {}
+        if self.device == "cuda":
             torch.cuda.set_device(0)
             props = torch.cuda.get_device_properties(0)
             l2 = int(getattr(props, "L2_cache_size", 0) or 0)
             flush = max(2 * l2, 256 * 2**20)
             info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
                         l2_bytes=l2, memory_bytes=props.total_memory)
-            self._poison_free_memory(poison_bytes)
             self.clock = timing.CudaClock("cuda", flush)
         else:
             flush = max(2 * _llc_bytes(), 64 * 2**20)
             info.update(cpu_cache_bytes=_llc_bytes())
             self.clock = timing.CpuClock(flush)
-        torch.ones(1 << 22, device=device).sum()
+        torch.ones(1 << 22, device=self.device).sum()
         self.sync()
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
-        self.fp = Fingerprinter(fp_seed, device)
-        if role == "candidate":
-            extcache.install(cache_dir)
-        importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
-
+        self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
         self.watch = RuntimeWatch()
         info["native_threads"] = native_threads()
@@ -315,8 +332,11 @@ class Worker:
         return {}
 
     def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
-        """Move to the lane's timing core (spares start elsewhere), poison free memory, import the candidate."""
+        """Move to the lane's timing core (spares start elsewhere), start the device, poison free memory,
+        then import the candidate."""
         self._pin(cores)
+        if self.watch is None:
+            self._init_device()
         self._poison_free_memory(poison_bytes)
         module = import_candidate(path)
         self.cls = getattr(module, "ModelNew", None)
@@ -340,7 +360,10 @@ class Worker:
         return {}
 
     def inputs(self, seed: int) -> list:
-        return problem.make_inputs(self.ns, self.params, seed, self.device)
+        try:
+            return problem.make_inputs(self.ns, self.params, seed, self.device)
+        except Exception as e:
+            raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
     def tensor_fps(self, xs: list) -> list[int]:
         fps = [self.fp.exact(x) for x in xs if isinstance(x, torch.Tensor)]
@@ -366,8 +389,11 @@ class Worker:
         finally:
             det_kept = _det_enabled()
             _set_det(False)
+        threads_after = native_threads()
+        py_threads = self.extra_threads()
         outs = plain_outputs(out)
         del out
+        reused = any(storage_span(o)[0] in self.live_outputs() for o in outs if o.numel())
         fp_now = self.tensor_fps(outs)
         self.sync()
         fp_later = self.tensor_fps(outs)
@@ -380,9 +406,15 @@ class Worker:
         alias = aliases(outs, inputs)
         poison(outs)
         self.sync()
+        self.returned.extend(weakref.ref(o) for o in outs)
         return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
-                "aliases_input": alias, "deterministic_kept": det_kept,
-                "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
+                "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
+                "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
+
+    def live_outputs(self) -> set[int]:
+        """Storages of earlier outputs the candidate still holds: returning one again is replaying it."""
+        self.returned = [r for r in self.returned if r() is not None]
+        return {storage_span(r())[0] for r in self.returned if r().numel()}
 
     # -- timing ------------------------------------------------------------------------------
     def _refill_step(self, base_seed: int, bufs: list):
@@ -533,7 +565,8 @@ class Worker:
 
         one = torch.zeros(1, device=self.device)
         count = torch.ones(1, dtype=torch.int32, device=self.device)
-        samples, _ = timing.run_loop(self.clock, lambda i: (lambda: one.add_(1)), lambda o: None,
+        empty = _EmptyModel()
+        samples, _ = timing.run_loop(self.clock, lambda i: (lambda: empty(one)), lambda o: None,
                                      lambda *a: None, s)
         result = {"empty_launch_us": median([x.device_us for x in samples]),
                   "host_gap_us": median([x.host_us - x.span_us for x in samples])}
@@ -547,12 +580,6 @@ class Worker:
 
     def cmd_ping(self, frames) -> dict:
         return {}
-
-    def cmd_probe(self, frames) -> dict:
-        """Is the device still usable (after a failed graph capture, say)?"""
-        x = torch.ones(4, device=self.device)
-        self.sync()
-        return {"healthy": float((x + 1).sum().item()) == 8.0}
 
 
 def main() -> None:

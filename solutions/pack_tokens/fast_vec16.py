@@ -147,30 +147,14 @@ static void launch_zero(torch::Tensor& dst, const torch::Tensor& written, int64_
 static std::mutex hint_mutex;
 static std::unordered_map<int64_t, int64_t> capacity_hint;
 
-torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, torch::Tensor slot_idx,
-                          torch::Tensor expert_offsets) {
-    TORCH_CHECK(token_hidden.is_cuda(), "pack_tokens: token_hidden must be a CUDA tensor");
-    TORCH_CHECK(token_hidden.dim() == 2, "pack_tokens: token_hidden must be 2-D, got ", token_hidden.dim(), "-D");
-    const auto dev = token_hidden.device();
-    for (const auto* t : {&expert_idx, &slot_idx, &expert_offsets}) {
-        TORCH_CHECK(t->device() == dev, "pack_tokens: all inputs must be on ", dev, ", got ", t->device());
-        TORCH_CHECK(t->scalar_type() == torch::kInt32, "pack_tokens: index tensors must be int32, got ",
-                    t->scalar_type());
-        TORCH_CHECK(t->dim() == 1, "pack_tokens: index tensors must be 1-D");
-    }
-    const int64_t num_tokens = token_hidden.size(0);
-    TORCH_CHECK(expert_idx.numel() == num_tokens && slot_idx.numel() == num_tokens,
-                "pack_tokens: expert_idx and slot_idx need one entry per token");
-    TORCH_CHECK(expert_offsets.numel() >= 1, "pack_tokens: expert_offsets needs num_experts + 1 entries");
-
+torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
+                               const torch::Tensor& off) {
+    const auto dev = src.device();
+    const int64_t num_tokens = src.size(0);
     c10::cuda::CUDAGuard guard(dev);
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     int sms = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev.index()));
-    auto src = token_hidden.contiguous();
-    auto e = expert_idx.contiguous();
-    auto s = slot_idx.contiguous();
-    auto off = expert_offsets.contiguous();
     const int64_t num_experts = off.numel() - 1;
     const int64_t hidden = src.size(1);
 
@@ -203,7 +187,7 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
     C10_CUDA_CHECK(cudaEventSynchronize(copied));
     C10_CUDA_CHECK(cudaEventDestroy(copied));
     const int64_t total = host_total.data_ptr<int>()[0];
-    TORCH_CHECK(total >= 0, "pack_tokens: expert_offsets[-1] is negative (", total, ")");
+    TORCH_CHECK(total >= 0, "pack_tokens: expert_offsets[-1] is negative");
     if (total > capacity) {
         {
             std::lock_guard<std::mutex> lock(hint_mutex);
@@ -224,10 +208,30 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
 }
 """
 
-cpp_source = (
-    "torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, "
-    "torch::Tensor slot_idx, torch::Tensor expert_offsets);"
-)
+cpp_source = r"""
+torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
+                               const torch::Tensor& off);
+
+// Inputs are validated here, in host C++ compiled by the C++ compiler; the .cu side only allocates and launches.
+torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, torch::Tensor slot_idx,
+                          torch::Tensor expert_offsets) {
+    TORCH_CHECK(token_hidden.is_cuda(), "pack_tokens: token_hidden must be a CUDA tensor");
+    TORCH_CHECK(token_hidden.dim() == 2, "pack_tokens: token_hidden must be 2-D, got ", token_hidden.dim(), "-D");
+    const auto dev = token_hidden.device();
+    for (const torch::Tensor* t : {&expert_idx, &slot_idx, &expert_offsets}) {
+        TORCH_CHECK(t->device() == dev, "pack_tokens: all inputs must be on ", dev, ", got ", t->device());
+        TORCH_CHECK(t->scalar_type() == torch::kInt32, "pack_tokens: index tensors must be int32, got ",
+                    t->scalar_type());
+        TORCH_CHECK(t->dim() == 1, "pack_tokens: index tensors must be 1-D");
+    }
+    const int64_t num_tokens = token_hidden.size(0);
+    TORCH_CHECK(expert_idx.numel() == num_tokens && slot_idx.numel() == num_tokens,
+                "pack_tokens: expert_idx and slot_idx need one entry per token");
+    TORCH_CHECK(expert_offsets.numel() >= 1, "pack_tokens: expert_offsets needs num_experts + 1 entries");
+    return pack_tokens_cuda(token_hidden.contiguous(), expert_idx.contiguous(), slot_idx.contiguous(),
+                            expert_offsets.contiguous());
+}
+"""
 
 pack_ext = load_inline(
     name=f"pack_tokens_fast_t{THREADS}_v{MAX_VEC}_u{UNROLL}_s{SYNC_READ_FIRST}_z{ZERO_FILL_FIRST}",

@@ -68,11 +68,18 @@ def test_calibration_and_flush_size(bundled):
     assert cal["copy_gbps"] > 1000 and 0 < cal["empty_launch_us"] < 200
 
 
+CHEATS = CANDIDATES / "cheats"
+
+
 @pytest.fixture(scope="module")
 def gpu_cheats(run_eval):
+    """The GPU-only cheats, and the CPU suite's cheats whose defences differ on a device (streams, events,
+    device memory); every CPU cheat also runs in CI."""
     return run_eval(CONFIGS / "gpu_adversarial.yaml", "--device", "cuda", "--solution",
                     str(GPU / "side_stream.py"), str(GPU / "stale_device_memory.py"),
-                    str(GPU / "pointer_cache_device.py"), str(CANDIDATES / "cheats"))
+                    str(GPU / "pointer_cache_device.py"), str(CHEATS / "replay_pointer.py"),
+                    str(CHEATS / "count_switch.py"), str(CHEATS / "mutate_input.py"), str(CHEATS / "patch_timer.py"),
+                    str(CHEATS / "background_thread.py"), str(CHEATS / "stale_memory.py"))
 
 
 @pytest.mark.parametrize("cheat, shape, flag, statuses", [
@@ -84,10 +91,7 @@ def gpu_cheats(run_eval):
     ("mutate_input", "small", "input_mutated", ("rejected",)),
     ("stale_memory", "small", "uninitialized_output", ("incorrect", "rejected")),
     ("patch_timer", "small", "patched_runtime", ("rejected",)),
-    ("subclass_output", "small", "not_plain_tensor", ("rejected",)),
-    ("alias_input", "small", "output_aliases_input", ("rejected",)),
     ("background_thread", "small", "work_outside_timing", ("rejected",)),
-    ("forge_results", "small", "tampered_files", ("rejected",)),
 ])
 def test_gpu_cheats_are_caught(gpu_cheats, cheat, shape, flag, statuses):
     r = gpu_cheats.by(cheat, shape)
