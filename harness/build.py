@@ -4,6 +4,7 @@ limit and its compiler output in a log; builds run in a pool sized from cores an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,10 +12,30 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+_RUNNING: dict[int, str] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def builds_frozen(except_name: str | None = None):
+    """Stop every running build process (SIGSTOP) but one's, and continue them afterwards."""
+    with _RUNNING_LOCK:
+        frozen = [pid for pid, name in _RUNNING.items() if name != except_name]
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
 
 
 @dataclass(frozen=True)
@@ -110,6 +131,8 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
                 os.sched_setaffinity(proc.pid, cores)
             except OSError:
                 pass
+        with _RUNNING_LOCK:
+            _RUNNING[proc.pid] = cand.name
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -120,6 +143,9 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
             proc.wait()
             return BuildResult("timeout", f"build exceeded its {timeout_s:.0f} s limit", time.monotonic() - t0,
                                log=str(log_path))
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.pop(proc.pid, None)
     seconds = time.monotonic() - t0
     try:
         data = json.loads(result_path.read_text())

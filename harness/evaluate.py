@@ -56,6 +56,7 @@ class LaneContext:
     device_name: str
     cores: list[int] | None = None
     poison_bytes: int = 0
+    gate: object = None
 
 
 class SparePool:
@@ -112,7 +113,8 @@ class CandidateEvaluation:
     # -- worker plumbing -------------------------------------------------------------------
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
         assert self.worker is not None
-        reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
+        with self.lane.gate.shared():
+            reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
             if reply.get("bad_output"):
@@ -270,7 +272,9 @@ class CandidateEvaluation:
         n_calls = int(r.get("warmup", 0)) + len(dev)
         ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
         self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
-        calls, noops = judge_timed(self.worker, plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline - time.monotonic())
+        with self.lane.gate.shared():
+            calls, noops = judge_timed(self.worker, plan.judge_seed(shape.name), JUDGE_ROUNDS,
+                                       deadline - time.monotonic())
         if calls and noops:
             ev.judge_call_us = max(min(calls) - min(noops), 0.0)
         if plan.device == "cuda" and plan.config.timing.graph:

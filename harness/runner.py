@@ -7,6 +7,7 @@ decided. The judge's own threads run no candidate code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -20,7 +21,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import report, static_checks
-from .build import BuildPool, BuildResult, build_env, run_build, snapshot_candidate, toolchain_id
+from .build import (
+    BuildPool,
+    BuildResult,
+    build_env,
+    builds_frozen,
+    run_build,
+    snapshot_candidate,
+    toolchain_id,
+)
 from .envinfo import host_info
 from .evaluate import (
     INIT_TIMEOUT_S,
@@ -49,6 +58,7 @@ class Runner:
         self.logs = self.out / "logs"
         self.store = ReferenceStore()
         self.lock = threading.Lock()
+        self.gate = Gate()
         self.building: set[str] = set()
         self.evaluating: set[str] = set()
         self.build_args: dict = {}
@@ -83,13 +93,19 @@ class Runner:
 
     # -- tamper guard --------------------------------------------------------------------------
     def _guard_check(self) -> None:
-        """Restore any change to the protected files and pin it on the candidate that made it."""
+        """Restore any change to the protected files and pin it on the candidate that made it.
+
+        With builds running beside an evaluation, the writer is not known: every evaluation is held between
+        commands, and each candidate that was building is imported again alone, the other builds stopped;
+        one that writes again is the culprit, else the candidate under evaluation is.
+        """
         with self.lock:
             changed = self.guard.check()
             if not changed:
                 return
-            evaluating, builders = sorted(self.evaluating), sorted(self.building)
-            guilty = self._attribute(builders) if builders else []
+            with self.gate.exclusive():
+                evaluating, builders = sorted(self.evaluating), sorted(self.building)
+                guilty = self._attribute(builders) if builders else []
             if not guilty:
                 guilty = evaluating or builders or ["(unknown)"]
             for name in guilty:
@@ -97,13 +113,14 @@ class Runner:
             self.errors.append(f"{', '.join(guilty)} changed {', '.join(changed)} (restored)")
 
     def _attribute(self, builders: list[str]) -> list[str]:
-        """Re-import each candidate that was building, alone (cached, seconds), and see who writes again."""
         guilty = []
         for name in builders:
             cand, kwargs = self.build_args[name]
-            run_build(cand, **kwargs)
-            if self.guard.check():
-                guilty.append(name)
+            with builds_frozen(except_name=name):
+                self.guard.check()
+                run_build(cand, **kwargs)
+                if self.guard.check():
+                    guilty.append(name)
         return guilty
 
     def _tampered_by(self, name: str):
@@ -331,7 +348,6 @@ class Runner:
                      "device_now": False}
 
         def make_spare() -> WorkerHandle | None:
-            self._guard_check()
             w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
             try:
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
@@ -346,7 +362,7 @@ class Runner:
         spares.prime()
         ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
                           scratch=self.scratch, log_dir=self.logs,
-                          device_name=info.get("gpu") or self._device_name(), cores=cores,
+                          device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
                           poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
         try:
             while True:
@@ -369,6 +385,43 @@ class Runner:
                         self.evaluating.discard(cand.name)
         finally:
             spares.close()
+
+
+class Gate:
+    """Lanes pass it shared around each worker command; tamper attribution takes it alone."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
 
 
 def _safe(name: str) -> str:
