@@ -39,7 +39,7 @@ for step in "$@"; do
     throughput)
       timeout "$t" $PY bench/throughput.py ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 ;;
     stability)
-      timeout "$t" $PY bench/stability.py > "$OUT/stability.log" 2>&1 ;;
+      timeout "$t" $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability.log" 2>&1 ;;
     cache)
       tar czf "$OUT/cache.tgz" --exclude='*.o' --exclude='*.lock' .cache 2>> "$OUT/session.log" ;;
     runs)

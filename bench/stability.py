@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shapes", nargs="*", default=None)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     config = lean_config(Path(args.config), base)
@@ -48,7 +49,7 @@ def main() -> None:
     device = ""
     for i in range(args.runs):
         wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
-                                 "--out", str(base / f"run{i}"))
+                                 *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(base / f"run{i}"))
         device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
         for r in records(out):
             d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": []})
