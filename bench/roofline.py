@@ -44,7 +44,7 @@ def table(out: Path) -> str:
                      f"{r['bandwidth_gbps']:.0f}", f"{copy_us:.1f}", f"{ratio:.2f}x", f"{r['speedup']:.2f}x",
                      f"{r['speedup_compile']:.2f}x" if r["speedup_compile"] else "-", target])
     head = (f"GPU: {run['devices']['0'].get('gpu')}, torch {run['host']['torch']}; copy bandwidth "
-            f"{copy_gbps:.0f} GB/s (read+write, {cal['copy_bytes'] / 2**30:.0f} GiB copy), empty launch "
+            f"{copy_gbps:.0f} GB/s (read+write, {cal.get('copy_bytes', 2**31) / 2**30:.0f} GiB copied), empty launch "
             f"{cal['empty_launch_us']:.1f} us, device-to-host read {cal['read_us']:.1f} us; time: median us "
             f"(runs = timed calls), CUDA events, L2 flushed.")
     return head + "\n\n" + md_table(

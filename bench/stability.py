@@ -19,6 +19,25 @@ sys.path.insert(0, str(REPO))
 from harness.stats import mean_cv  # noqa: E402
 
 
+def render(per_shape: dict, device: str, name: str, runs: int) -> str:
+    """The table so far: printed after every evaluation, so a cut-short session still leaves one."""
+    rows = []
+    for shape, d in per_shape.items():
+        if len(d["speedup"]) < 2:
+            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "not enough correct runs"])
+            continue
+        sm, scv = mean_cv(d["speedup"])
+        tm, tcv = mean_cv(d["time_us"])
+        _, rcv = mean_cv(d["ref"])
+        limit = 0.03 if shape == "seed" else (0.01 if tm > 50 else 0.03)
+        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", f"{tm:.1f}", f"{100 * tcv:.2f}%",
+                     f"{100 * rcv:.2f}%", f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
+    return (f"\n{runs} separate evaluations of {name} on {device}; speedup = reference eager median / candidate "
+            "median, each the median of that run's timed calls (L2 or cache flushed before each).\n\n"
+            + md_table(["shape", "runs", "speedup mean", "speedup CV", "time us mean", "time CV", "reference time CV",
+                        "target"], rows))
+
+
 def lean_config(path: Path, folder: Path) -> Path:
     """The config with its timing settings kept and the work that does not bear on speedup noise cut:
     two correctness seeds instead of five, no torch.compile reference."""
@@ -58,21 +77,7 @@ def main() -> None:
                 d["time_us"].append(r["time_us"])
                 d["ref"].append(r["ref_time_us"])
         print(f"run {i}: {wall:.0f} s, exit {rc}", flush=True)
-    rows = []
-    for shape, d in per_shape.items():
-        if len(d["speedup"]) < 2:
-            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "not enough correct runs"])
-            continue
-        sm, scv = mean_cv(d["speedup"])
-        tm, tcv = mean_cv(d["time_us"])
-        _, rcv = mean_cv(d["ref"])
-        limit = 0.03 if shape == "seed" else (0.01 if tm > 50 else 0.03)
-        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", f"{tm:.1f}", f"{100 * tcv:.2f}%",
-                     f"{100 * rcv:.2f}%", f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
-    print(f"\n{args.runs} separate evaluations of {Path(args.solution).name} on {device}; speedup = reference eager "
-          "median / candidate median, each the median of that run's timed calls (CUDA events, L2 flushed).\n")
-    print(md_table(["shape", "runs", "speedup mean", "speedup CV", "time us mean", "time CV", "reference time CV",
-                    "target"], rows))
+        print(render(per_shape, device, Path(args.solution).name, i + 1), flush=True)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class ReferenceRunner:
         cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)
         r = self._ask("calibrate", loop=cal_loop)
         return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
-                           host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes)
+                           host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes, copy_bytes=r["copy_bytes"])
 
     def _setup(self, shape: Shape, compiled: bool) -> None:
         if self.current != (shape.name, compiled):

@@ -71,6 +71,7 @@ class Calibration:
     copy_gbps: float
     host_gap_us: float = 0.0
     cache_bytes: int = 0
+    copy_bytes: int = 0
 
 
 @dataclass
