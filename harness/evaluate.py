@@ -138,23 +138,22 @@ class CandidateEvaluation:
         deadline = time.monotonic() + self.plan.config.timeouts.load_s
         self._ask("log", deadline, path=str(self.log))
         try:
-            reply = self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
-                              poison_bytes=self.lane.poison_bytes)
+            self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
+                      poison_bytes=self.lane.poison_bytes)
         except CandidateFailure as e:
             if e.bad_output:
                 raise
             raise CandidateFailure(str(e), e.cuda_error) from None
         except WorkerGone as g:
             raise WorkerGone(g.kind, f"while importing: {g}") from None
-        self.builds = reply.get("builds", [])
 
     # -- per shape ---------------------------------------------------------------------------
     def run(self, shapes: list[Shape]) -> Iterator[Record]:
         for shape in shapes:
             yield self.evaluate_shape(shape)
-        self._discard_or_close()
+        self._close()
 
-    def _discard_or_close(self) -> None:
+    def _close(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
@@ -169,10 +168,6 @@ class CandidateEvaluation:
         ev.min_bytes = ref.min_bytes
         if ref.error:
             ev.reference_error = ref.error
-        elif self.build.status == "compile_error":
-            ev.failure = ("compile_error", self.build.message)
-        elif self.build.status == "timeout":
-            ev.failure = ("build_timeout", self.build.message)
         else:
             try:
                 if self.worker is None:
