@@ -83,3 +83,14 @@ def test_batch_of_folders_and_globs_with_parallel_builds(run_eval):
     assert all(r["status"] == "correct" for r in res.records), res.records
     assert res.run_json["build_jobs"] == 2
     assert "fast_p over solutions" in (res.out / "summary.md").read_text()
+
+
+def test_two_lanes_feed_from_one_queue(run_eval):
+    res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--gpus", "2", "--shapes", "tiny", "--solution",
+                   PY, str(CANDIDATES / "broken" / "raises.py"), str(CANDIDATES / "cheats" / "mutate_input.py"))
+    assert res.rc == 0, res.stderr
+    assert len(res.records) == 3
+    assert {r["lane"] for r in res.records} <= {0, 1}
+    assert res.by("python_cpu")["status"] == "correct"
+    assert res.by("raises")["status"] == "runtime_error"
+    assert res.run_json["lanes"] == ["cpu", "cpu"]
