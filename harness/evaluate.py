@@ -21,7 +21,7 @@ from .build import BuildResult, Candidate
 from .check import compare_outputs, fingerprint_matches, read_output_file, same_as
 from .config import Shape
 from .records import Record
-from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .reference import ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
 from .stats import summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
@@ -107,7 +107,7 @@ class CandidateEvaluation:
         self.tampered = tampered
         self.worker: WorkerHandle | None = None
         self.patched: set[str] = set()
-        self.log = lane.log_dir / f"{_safe(cand.name)}.log"
+        self.log = lane.log_dir / f"{safe_name(cand.name)}.log"
         self.token = secrets.token_hex(6)
 
     # -- worker plumbing -------------------------------------------------------------------
@@ -278,7 +278,7 @@ class CandidateEvaluation:
     def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
         base = self.plan.graph_seed(shape.name)
         try:
-            g = self._ask("graph", deadline, base_seed=base, loop=_graph_loop(self.plan), projection=projection)
+            g = self._ask("graph", deadline, base_seed=base, loop=short_loop(loop_settings(self.plan)), projection=projection)
         except CandidateFailure as e:
             ev.graph_message = f"graph capture failed: {e}"
             if e.cuda_error:
@@ -339,12 +339,8 @@ def loop_settings(plan) -> dict:
             "target_rse": t.target_rse}
 
 
-def _graph_loop(plan) -> dict:
-    loop = loop_settings(plan)
-    return dict(loop, min_runs=min(loop["min_runs"], 10), budget_s=min(loop["budget_s"], 0.5))
-
-
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A solution name as a file name (logs)."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 

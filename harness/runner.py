@@ -37,6 +37,7 @@ from .evaluate import (
     LaneContext,
     SparePool,
     loop_settings,
+    safe_name,
     static_only_records,
 )
 from .integrity import TreeGuard
@@ -148,8 +149,8 @@ class Runner:
         cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
         self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
         for c in cands:
-            self.guard.allow_log(f"{_safe(c.name)}.log")
-            self.guard.allow_log(f"{_safe(c.name)}.build.log")
+            self.guard.allow_log(f"{safe_name(c.name)}.log")
+            self.guard.allow_log(f"{safe_name(c.name)}.build.log")
         for i in range(len(plan.lanes)):
             self.guard.allow_log(f"reference.lane{i}.log")
             self.guard.allow_log(f"spare.lane{i}.log")
@@ -207,7 +208,7 @@ class Runner:
                         continue
                     kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                                   timeout_s=plan.config.build.timeout_s,
-                                  log_path=self.logs / f"{_safe(c.name)}.build.log", scratch=self.scratch,
+                                  log_path=self.logs / f"{safe_name(c.name)}.build.log", scratch=self.scratch,
                                   cores=build_cores)
                     with self.lock:
                         self.building.add(c.name)
@@ -424,6 +425,4 @@ class Gate:
                 self._cond.notify_all()
 
 
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 

@@ -310,8 +310,9 @@ class Worker:
                         l2_bytes=l2, memory_bytes=props.total_memory)
             self.clock = timing.CudaClock("cuda", flush)
         else:
-            flush = max(2 * _llc_bytes(), 64 * 2**20)
-            info.update(cpu_cache_bytes=_llc_bytes())
+            llc = _llc_bytes()
+            flush = max(2 * llc, 64 * 2**20)
+            info.update(cpu_cache_bytes=llc)
             self.clock = timing.CpuClock(flush)
         torch.ones(1 << 22, device=self.device).sum()
         self.sync()
