@@ -30,10 +30,12 @@ for step in "$@"; do
       rm -rf results/gpu-bundled
       $PY bench/variants.py .cache/ablations --ablations > /dev/null
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled \
-        --solution solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py .cache/ablations \
-        > "$OUT/eval.log" 2>&1
+        --solution ${EVAL_SOLUTIONS:-solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py .cache/ablations} \
+        ${EVAL_ARGS:-} > "$OUT/eval.log" 2>&1
       cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
       export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
+    overhead)
+      timeout "$t" $PY bench/overhead.py ${OVERHEAD_ARGS:-} > "$OUT/overhead.log" 2>&1 ;;
     roofline)
       $PY bench/roofline.py --run results/gpu-bundled > "$OUT/roofline.log" 2>&1 ;;
     throughput)

@@ -27,6 +27,8 @@ class Record:
     ref_time_us: float | None = None
     ref_compile_time_us: float | None = None
     ref_gpu_time_us: float | None = None
+    floor_launch_us: float | None = None
+    floor_read_us: float | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     first_mismatch: list[int] | None = None

@@ -46,6 +46,8 @@ class RefTiming:
     eager: Measurement | None = None
     compiled: Measurement | None = None
     graph: Measurement | None = None
+    floor_launch: Measurement | None = None
+    floor_read: Measurement | None = None
     compile_error: str | None = None
     error: str | None = None
 
@@ -125,8 +127,10 @@ class ReferenceRunner:
         return ref
 
     def timings(self, shape: Shape, device: str) -> RefTiming:
-        """Eager, then torch.compile, then (only when speedups use it) CUDA-graph replay, which is last
-        because a failed capture can leave the worker's CUDA state unusable."""
+        """Eager, the floors, then torch.compile, then (only when speedups use it) CUDA-graph replay, which
+        is last because a failed capture can leave the worker's CUDA state unusable. The floors time a
+        stand-in (one launch; one read and one launch) through the candidates' own loop on this shape's
+        inputs: what the cheapest possible candidate would measure here."""
         t = RefTiming()
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
@@ -135,6 +139,11 @@ class ReferenceRunner:
                 self._setup(shape, False)
                 r = self._ask("time", base_seed=base, loop=self.loop, verify=False)
                 t.eager = summarize(r["device_us"])
+                floors = {}
+                for kind in ("launch", "launch_read"):
+                    r = self._ask("time", base_seed=base, loop=short_loop(self.loop), verify=True, floor=kind)
+                    floors[kind] = summarize(r["device_us"])
+                t.floor_launch, t.floor_read = floors["launch"], floors["launch_read"]
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
             return t

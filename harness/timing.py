@@ -22,6 +22,8 @@ _zero = torch.Tensor.zero_
 _fill = torch.Tensor.fill_
 
 CUDA_LIMIT_PERSISTING_L2 = 0x06
+CUDA_DEVICE_SCHEDULE_SPIN = 0x01
+CUDA_DEVICE_MAP_HOST = 0x08
 
 
 @dataclass
@@ -52,6 +54,20 @@ def _find_cudart() -> ctypes.CDLL | None:
         except OSError:
             continue
     return None
+
+
+def prefer_spin_wait() -> str:
+    """Ask for spin-waiting host syncs before the CUDA context exists. On a worker pinned to one core the
+    driver's default picks yielding waits, which cost a call with a host sync inside 15-20 us more
+    (docs/benchmarks.md, "Where a call's time goes"). Every worker, reference or candidate, asks the same."""
+    cudart = _find_cudart()
+    if cudart is None:
+        return "unavailable"
+    rc = cudart.cudaSetDeviceFlags(CUDA_DEVICE_SCHEDULE_SPIN | CUDA_DEVICE_MAP_HOST)
+    if rc != 0:
+        cudart.cudaGetLastError()
+        return f"error {rc}"
+    return "spin"
 
 
 class CudaClock:

@@ -27,7 +27,7 @@ REJECTING = {
 }
 INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "mismatch", "uninitialized_output"}
 INFO = {
-    "launch_bound": "time within 1.5x of an empty launch: the figure measures launch overhead",
+    "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
     "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
 }
 
@@ -98,6 +98,7 @@ class Evidence:
     graph_message: str | None = None
     min_bytes: int = 0
     calibration: Calibration | None = None
+    floor_launch_us: float | None = None
     tampered: list[str] = field(default_factory=list)
 
 
@@ -175,8 +176,9 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
 
 def info_flags(e: Evidence) -> list[str]:
     flags = []
-    if e.timing is not None and e.calibration is not None and e.device == "cuda":
-        if e.timing.median_us <= LAUNCH_BOUND_RATIO * e.calibration.empty_launch_us:
+    floor = e.floor_launch_us or (e.calibration.empty_launch_us if e.calibration is not None else None)
+    if e.timing is not None and floor and e.device == "cuda":
+        if e.timing.median_us <= LAUNCH_BOUND_RATIO * floor:
             flags.append("launch_bound")
     if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
         flags.append("not_graph_safe")

@@ -208,6 +208,17 @@ class _EmptyModel(torch.nn.Module):
         return x.add_(1)
 
 
+class _ReadModel(torch.nn.Module):
+    """The floor of a call whose output shape depends on device data: one value read to the host, one launch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.item()
+        return x.add_(1)
+
+
+FLOOR_MODELS = {"launch": _EmptyModel, "launch_read": _ReadModel}
+
+
 class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
@@ -302,6 +313,8 @@ class Worker:
     def _init_device(self) -> dict:
         info: dict = {}
         if self.device == "cuda":
+            wait = os.environ.get("KBH_HOST_WAIT", "spin")
+            info["host_wait"] = timing.prefer_spin_wait() if wait == "spin" else "driver default"
             torch.cuda.set_device(0)
             props = torch.cuda.get_device_properties(0)
             l2 = int(getattr(props, "L2_cache_size", 0) or 0)
@@ -457,8 +470,13 @@ class Worker:
         return after, on_call, calls
 
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
-                 compiled: bool = False) -> dict:
+                 compiled: bool = False, floor: str | None = None) -> dict:
+        """Time the model; with floor, time a stand-in that ignores the inputs (FLOOR_MODELS) through the
+        same loop, refills and verification included, so the floor carries the same between-call costs."""
         model = self.compiled if compiled else self.model
+        if floor is not None:
+            stand_in, one = FLOOR_MODELS[floor](), torch.zeros(1, device=self.device)
+            model = lambda *_: stand_in(one)  # noqa: E731
         bufs = self.inputs(derive(base_seed, 0))
         refill = self._refill_step(base_seed, bufs)
         calls: dict[int, list] = {}

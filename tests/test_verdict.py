@@ -35,6 +35,14 @@ def test_launch_bound_flag_and_graph_safe_run():
     assert d.status == "correct" and d.flags == ("launch_bound",)
 
 
+def test_launch_bound_uses_the_shapes_own_floor_when_measured():
+    """The shape's floor decides, not the run-wide empty launch (20 us): a 55 us call is launch-bound
+    against a 40 us floor, a 25 us call is not against a 10 us floor; never on the CPU."""
+    assert "launch_bound" in decide(honest(median=55.0, floor_launch_us=40.0)).flags
+    assert "launch_bound" not in decide(honest(median=25.0, floor_launch_us=10.0)).flags
+    assert "launch_bound" not in decide(honest(device="cpu", median=25.0, floor_launch_us=40.0)).flags
+
+
 def test_each_integrity_observation_rejects_with_its_flag():
     cases = {
         "patched_runtime": dict(patched={"time.perf_counter"}),

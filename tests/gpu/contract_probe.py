@@ -28,17 +28,20 @@ def main() -> None:
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
     os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
     extcache.install(sys.argv[1])
-    kernel = import_candidate(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py")).ModelNew()
+    module = import_candidate(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
+    kernel = module.ModelNew()
     x = torch.randn(100, 32, device="cuda")
     e = torch.randint(0, 4, (100,), device="cuda", dtype=torch.int32)
     s = torch.zeros(100, device="cuda", dtype=torch.int32)
     o = torch.tensor([0, 100, 200, 300, 400], device="cuda", dtype=torch.int32)
-    for name, mutate in CASES.items():
+    calls = [(name, kernel, mutate) for name, mutate in CASES.items()]
+    calls.append(("3-D token_hidden, extension called directly", module.pack_ext.pack_tokens, CASES["3-D token_hidden"]))
+    for name, fn, mutate in calls:
         print(f"{name}: calling", flush=True)
         try:
-            kernel(*mutate(x, e, s, o))
+            fn(*mutate(x, e, s, o))
             print(f"{name}: no error", flush=True)
-        except RuntimeError as err:
+        except (RuntimeError, ValueError) as err:
             print(f"{name}: raised {str(err).splitlines()[0]}", flush=True)
         torch.cuda.synchronize()
 

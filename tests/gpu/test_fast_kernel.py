@@ -111,7 +111,8 @@ def test_contract_violations_raise_clear_errors(build_cache):
     lines = probe.stdout
     assert probe.returncode == 0, f"crashed: {lines[-400:]} {probe.stderr[-2000:]}"
     for case, needle in (("int64 index", "int32"), ("cpu token_hidden", "CUDA tensor"), ("3-D token_hidden", "2-D"),
-                         ("cpu slot_idx", "must be on"), ("short expert_idx", "one entry per token")):
+                         ("cpu slot_idx", "must be on"), ("short expert_idx", "one entry per token"),
+                         ("3-D token_hidden, extension called directly", "2-D")):
         assert f"{case}: raised" in lines and needle in lines.split(f"{case}: raised")[1].splitlines()[0], lines
 
 
