@@ -161,7 +161,7 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
     if t is not None and e.device_exceeds_host:
         flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
     if t is not None and e.judge_call_us is not None:
-        if t.median_us < TIMER_RATIO * e.judge_call_us - TIMER_SLACK_US:
+        if timer_contradicts(t.median_us, e.judge_call_us):
             flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
                                        f"{e.judge_call_us:.1f} us per call")
     if t is not None and cal is not None and e.min_bytes >= max(2 * cal.cache_bytes, 1) and t.median_us > 0:
@@ -172,6 +172,11 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
     if e.tampered:
         flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
     return flags
+
+
+def timer_contradicts(reported_us: float, judge_call_us: float) -> bool:
+    """The worker's reported median is well under what the judge's own clock saw per call."""
+    return reported_us < TIMER_RATIO * judge_call_us - TIMER_SLACK_US
 
 
 def info_flags(e: Evidence) -> list[str]:
