@@ -35,9 +35,8 @@ def child(args) -> None:
         os.sched_setaffinity(0, cores[-args.pin:])
     import torch
 
-    from harness import extcache, timing
-    from harness.build import toolchain_id
-    from harness.build_worker import import_candidate
+    from harness import timing
+    from harness.build_worker import import_on_this_gpu
     from harness.config import load_config
     from harness.problem import load_namespace, make_inputs, read_problem
 
@@ -51,11 +50,7 @@ def child(args) -> None:
     flags = ctypes.c_uint(0)
     if cudart is not None:
         cudart.cudaGetDeviceFlags(ctypes.byref(flags))
-    major, minor = torch.cuda.get_device_capability()
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
-    extcache.install(REPO / ".cache" / "kbh")
-    model = import_candidate(args.solution).ModelNew()
+    model = import_on_this_gpu(args.solution, REPO / ".cache" / "kbh").ModelNew()
     if args.build_only:
         return
     cfg = load_config(REPO / "configs" / "pack_tokens.yaml")

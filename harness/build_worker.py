@@ -31,6 +31,23 @@ def import_candidate(path: str):
     return module
 
 
+def import_on_this_gpu(path: str, cache_dir) -> object:
+    """Import a candidate into this GPU process with the keys a lane's worker uses (this device's arch, this
+    toolchain) and the build cache installed: for tests and benches that call a kernel directly."""
+    import os
+
+    import torch
+
+    from . import extcache
+    from .build import toolchain_id
+
+    major, minor = torch.cuda.get_device_capability()
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
+    extcache.install(cache_dir)
+    return import_candidate(path)
+
+
 def first_error_lines(text: str, limit: int = 6) -> str:
     """The compiler's first error lines, with build folders cut from paths."""
     lines = [ln.strip() for ln in text.splitlines() if ERROR_LINE.search(ln) and "Error building extension" not in ln]

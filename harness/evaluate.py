@@ -333,7 +333,7 @@ class CandidateEvaluation:
             time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
             ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
-            floor_launch_us=ref_t.floor_launch.median_us if ref_t.floor_launch else None,
+            floor_launch_us=ev.floor_launch_us,
             floor_read_us=ref_t.floor_read.median_us if ref_t.floor_read else None,
             max_abs_err=max_abs, max_rel_err=max_rel,
             first_mismatch=list(d.comparison.first_mismatch) if d.comparison and d.comparison.first_mismatch else None,

@@ -139,11 +139,10 @@ class ReferenceRunner:
                 self._setup(shape, False)
                 r = self._ask("time", base_seed=base, loop=self.loop, verify=False)
                 t.eager = summarize(r["device_us"])
-                floors = {}
-                for kind in ("launch", "launch_read"):
-                    r = self._ask("time", base_seed=base, loop=short_loop(self.loop), verify=True, floor=kind)
-                    floors[kind] = summarize(r["device_us"])
-                t.floor_launch, t.floor_read = floors["launch"], floors["launch_read"]
+                t.floor_launch, t.floor_read = (
+                    summarize(self._ask("time", base_seed=base, loop=short_loop(self.loop), verify=True,
+                                        floor=kind)["device_us"])
+                    for kind in ("launch", "launch_read"))
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
             return t
@@ -181,7 +180,8 @@ class ReferenceRunner:
 
 
 def short_loop(loop: dict) -> dict:
-    """The timing loop for CUDA-graph replays: fewer runs and a shorter budget (launch gaps are gone)."""
+    """A shorter timing loop (fewer runs, a smaller budget): for CUDA-graph replays, whose launch gaps are
+    gone, and for the floors' stand-ins."""
     return dict(loop, min_runs=min(loop["min_runs"], 10), budget_s=min(loop["budget_s"], 0.5))
 
 

@@ -423,6 +423,3 @@ class Gate:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
-
-
-

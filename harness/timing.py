@@ -58,8 +58,9 @@ def _find_cudart() -> ctypes.CDLL | None:
 
 def prefer_spin_wait() -> str:
     """Ask for spin-waiting host syncs before the CUDA context exists. On a worker pinned to one core the
-    driver's default picks yielding waits, which cost a call with a host sync inside 15-20 us more
-    (docs/benchmarks.md, "Where a call's time goes"). Every worker, reference or candidate, asks the same."""
+    driver's default wait cost a pack-tokens call with a host sync inside 23-27 us more on the H200
+    (docs/benchmarks.md, "What the excess is not, and what it is"). Every worker, reference or candidate,
+    asks the same."""
     cudart = _find_cudart()
     if cudart is None:
         return "unavailable"

@@ -1,7 +1,6 @@
 """Calls the fast kernel with inputs outside its contract, one case per line of output (run as a
 subprocess by test_fast_kernel.py, so a crash fails that test instead of ending the session)."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,9 +9,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness import extcache  # noqa: E402
-from harness.build import toolchain_id  # noqa: E402
-from harness.build_worker import import_candidate  # noqa: E402
+from harness.build_worker import import_on_this_gpu  # noqa: E402
 
 CASES = {
     "int64 index": lambda x, e, s, o: (x, e.long(), s, o),
@@ -24,11 +21,7 @@ CASES = {
 
 
 def main() -> None:
-    major, minor = torch.cuda.get_device_capability()
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
-    extcache.install(sys.argv[1])
-    module = import_candidate(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
+    module = import_on_this_gpu(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"), sys.argv[1])
     kernel = module.ModelNew()
     x = torch.randn(100, 32, device="cuda")
     e = torch.randint(0, 4, (100,), device="cuda", dtype=torch.int32)

@@ -1,7 +1,6 @@
 """The fast pack-tokens kernel (marker gpu): exact against the reference on adversarial routings, dtypes,
 row sizes, padding, single and zero tokens, outputs over 2^31 elements; clear errors outside the contract."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 @pytest.fixture(scope="module")
 def kernel(build_cache):
     """Import the solution through the harness's build cache (a hit when the bundled run built it)."""
-    from harness import extcache
-    from harness.build import toolchain_id
-    from harness.build_worker import import_candidate
+    from harness.build_worker import import_on_this_gpu
 
-    major, minor = torch.cuda.get_device_capability()
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-    os.environ["KBH_TOOLCHAIN"] = toolchain_id("cuda")
-    extcache.install(build_cache)
-    module = import_candidate(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
-    return module.ModelNew()
+    return import_on_this_gpu(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"), build_cache).ModelNew()
 
 
 @pytest.fixture(scope="module")
