@@ -24,8 +24,19 @@ for step in "$@"; do
       $PY bench/variants.py .cache/ablations --ablations > /dev/null
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-build \
         --solution $ALL_CUDA .cache/ablations > "$OUT/build.log" 2>&1 ;;
+    explore)
+      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-explore \
+        --solution solutions/pack_tokens/fast_vec16.py .cache/ablations > "$OUT/explore.log" 2>&1
+      t=$(left)
+      timeout "$t" $PY bench/kernel_time.py solutions/pack_tokens/fast_vec16.py .cache/ablations/*.py \
+        ${KERNEL_ARGS:-} >> "$OUT/explore.log" 2>&1 ;;
     tests)
       timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu > "$OUT/gpu_tests.log" 2>&1 ;;
+    tests_kernel)
+      timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu/test_fast_kernel.py > "$OUT/gpu_tests_kernel.log" 2>&1 ;;
+    tests_harness)
+      timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu/test_gpu_harness.py ${TESTS_ARGS:-} > "$OUT/gpu_tests_harness.log" 2>&1 ;;
     eval)
       rm -rf results/gpu-bundled
       $PY bench/variants.py .cache/ablations --ablations > /dev/null

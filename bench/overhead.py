@@ -97,8 +97,8 @@ def child(args) -> None:
 
 
 def worker_rows(args, cfg) -> list:
-    """The harness's own worker, called in-process, with its between-call step (the input refill)
-    replaced one way at a time: which part of the worker's loop makes its timed calls slower?"""
+    """The harness's own worker, called in-process, with extra host or device work inserted before each
+    call (after the input set is taken): how much does work between timed calls cost the next call?"""
     import dataclasses
     import socket
     import time
@@ -107,6 +107,7 @@ def worker_rows(args, cfg) -> list:
     import numpy as np
     import torch
 
+    from harness import worker as worker_mod
     from harness.problem import read_problem
     from harness.worker import Worker
 
@@ -120,7 +121,7 @@ def worker_rows(args, cfg) -> list:
         if role == "candidate":
             w.cmd_load([], path=args.solution)
         workers[role] = w
-    real = Worker._refill_step
+    real_take = worker_mod.TimedFeed.take
     one = torch.zeros(1, device="cuda")
     big = torch.empty(2**30, dtype=torch.uint8, device="cuda")
 
@@ -131,20 +132,13 @@ def worker_rows(args, cfg) -> list:
         for _ in range(n):
             one.add_(1)
 
-    def refill_then_spin(refill):
-        return lambda i: (refill(i), spin(500))
-
     variants = {
-        "refill (harness)": None,
-        "no refill": lambda i: None,
-        "no refill, 2 ms host sleep": lambda i: time.sleep(0.002),
-        "no refill, 64 MB host memset": lambda i: junk.fill(i),
-        "2 ms sleep, 100 us spin": lambda i: (time.sleep(0.002), spin(100)),
-        "2 ms sleep, 500 us spin": lambda i: (time.sleep(0.002), spin(500)),
-        "2 ms sleep, 2000 us spin": lambda i: (time.sleep(0.002), spin(2000)),
-        "2 ms sleep, 1 GB zero": lambda i: (time.sleep(0.002), big.zero_()),
-        "2 ms sleep, 50 launches": lambda i: (time.sleep(0.002), taps(50)),
-        "refill, 500 us spin": "refill+spin",
+        "harness loop": None,
+        "+ 2 ms host sleep": lambda: time.sleep(0.002),
+        "+ 64 MB host memset": lambda: junk.fill(1),
+        "+ 2 ms sleep, 500 us spin": lambda: (time.sleep(0.002), spin(500)),
+        "+ 2 ms sleep, 1 GB zero": lambda: (time.sleep(0.002), big.zero_()),
+        "+ 50 launches": lambda: taps(50),
     }
     rows = []
     for shape in args.shapes:
@@ -152,20 +146,22 @@ def worker_rows(args, cfg) -> list:
         for role, w in workers.items():
             w.cmd_setup([], params=params, init_seed=1)
             for name, fn in variants.items():
-                if fn is None:
-                    w._refill_step = (lambda b, bufs, w=w: real(w, b, bufs))
-                elif fn == "refill+spin":
-                    w._refill_step = (lambda b, bufs, w=w: refill_then_spin(real(w, b, bufs)))
-                else:
-                    w._refill_step = (lambda b, bufs, f=fn: f)
+                def take(self, i, fn=fn):
+                    got = real_take(self, i)
+                    if fn is not None:
+                        fn()
+                    return got
+
+                worker_mod.TimedFeed.take = take
                 for verify in (True, False):
-                    if verify and (role == "reference" or not isinstance(fn, (str, type(None)))):
+                    if verify and role == "reference":
                         continue
                     r = w.cmd_time([], base_seed=7, loop=loop, verify=verify)
                     dev = statistics.median(r["device_us"])
                     host = statistics.median(r["host_us"])
                     rows.append([f"{shape}: worker {role}, {name}{', verified' if verify else ''}",
                                  float("nan"), float("nan"), float("nan"), dev, host])
+            worker_mod.TimedFeed.take = real_take
     return rows
 
 

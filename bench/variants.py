@@ -1,8 +1,9 @@
 """Generate honest variants of the fast pack-tokens kernel, one candidate file each.
 
 The grid (block size x vector width x unroll) gives the 16 distinct candidates of bench/throughput.py;
-the ablations (row count read first, whole output zero-filled first) are the measured alternatives in
-the solution's design note (bench/roofline.py).
+the ablations (row count read first, whole output zero-filled first, contract checked in Python, plain
+stores, a persistent grid, other unroll and block sizes) are the measured alternatives in the solution's
+design note (bench/kernel_time.py, bench/roofline.py).
 
     python bench/variants.py OUT_DIR [--grid] [--ablations]
 """
@@ -16,7 +17,11 @@ from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "solutions" / "pack_tokens" / "fast_vec16.py"
 GRID = {"THREADS": (128, 256), "MAX_VEC": (8, 16), "UNROLL": (1, 2, 4, 8)}
-ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZERO_FILL_FIRST": 1}}
+ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZERO_FILL_FIRST": 1},
+             "check_in_python": {"CHECK_IN_PYTHON": 1}, "plain_stores": {"STREAM_STORES": 0},
+             "persistent_grid": {"BLOCKS_PER_SM": 8}, "unroll_4": {"UNROLL": 4}, "unroll_8": {"UNROLL": 8},
+             "threads_128": {"THREADS": 128}, "threads_512": {"THREADS": 512}, "count_by_copy": {"COUNT_BY_KERNEL": 0},
+             "no_prefetch": {"PREFETCH_NEXT": 0}}
 
 
 def render(settings: dict[str, int]) -> str:

@@ -266,7 +266,7 @@ class CandidateEvaluation:
         threads = r.get("threads") or [0, 0]
         ev.timing_thread_growth = threads[1] > threads[0]
         ev.timing_py_threads = list(r.get("extra_py_threads") or [])
-        n_calls = int(r.get("warmup", 0)) + len(dev)
+        n_calls = int(r.get("unsampled", 0)) + len(dev)
         ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
         self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
         ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
@@ -303,7 +303,7 @@ class CandidateEvaluation:
             ev.graph_message = g.get("message", "graph capture failed")
             self._discard()  # a failed capture leaves torch's CUDA RNG unusable in that process
             return
-        n = int(g.get("warmup", 0)) + len(g["device_us"])
+        n = int(g.get("unsampled", 0)) + len(g["device_us"])
         checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)
         if all(c.ok for c in checks):
             ev.graph = summarize(g["device_us"])
@@ -335,6 +335,8 @@ class CandidateEvaluation:
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
             floor_launch_us=ev.floor_launch_us,
             floor_read_us=ref_t.floor_read.median_us if ref_t.floor_read else None,
+            floor_copy_us=ref_t.floor_copy.median_us if ref_t.floor_copy else None,
+            copy_ratio=(t.median_us / ref_t.floor_copy.median_us) if correct and t and ref_t.floor_copy else None,
             max_abs_err=max_abs, max_rel_err=max_rel,
             first_mismatch=list(d.comparison.first_mismatch) if d.comparison and d.comparison.first_mismatch else None,
             flags=list(d.flags), message=d.message, seed=d.failing_seed,

@@ -29,6 +29,8 @@ class Record:
     ref_gpu_time_us: float | None = None
     floor_launch_us: float | None = None
     floor_read_us: float | None = None
+    floor_copy_us: float | None = None
+    copy_ratio: float | None = None
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     first_mismatch: list[int] | None = None

@@ -48,6 +48,7 @@ class RefTiming:
     graph: Measurement | None = None
     floor_launch: Measurement | None = None
     floor_read: Measurement | None = None
+    floor_copy: Measurement | None = None
     compile_error: str | None = None
     error: str | None = None
 
@@ -126,11 +127,12 @@ class ReferenceRunner:
             ref.error = str(e)
         return ref
 
-    def timings(self, shape: Shape, device: str) -> RefTiming:
+    def timings(self, shape: Shape, device: str, min_bytes: int = 0) -> RefTiming:
         """Eager, the floors, then torch.compile, then (only when speedups use it) CUDA-graph replay, which
         is last because a failed capture can leave the worker's CUDA state unusable. The floors time a
-        stand-in (one launch; one read and one launch) through the candidates' own loop on this shape's
-        inputs: what the cheapest possible candidate would measure here."""
+        stand-in through the candidates' own loop on this shape's inputs (refills, flush and verification
+        included): one launch; one read and one launch; a copy of the shape's minimum bytes. What the
+        cheapest possible candidate, and a copy of the same bytes, measure under the same conditions."""
         t = RefTiming()
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
@@ -139,10 +141,10 @@ class ReferenceRunner:
                 self._setup(shape, False)
                 r = self._ask("time", base_seed=base, loop=self.loop, verify=False)
                 t.eager = summarize(r["device_us"])
-                t.floor_launch, t.floor_read = (
+                t.floor_launch, t.floor_read, t.floor_copy = (
                     summarize(self._ask("time", base_seed=base, loop=short_loop(self.loop), verify=True,
-                                        floor=kind)["device_us"])
-                    for kind in ("launch", "launch_read"))
+                                        floor=kind, floor_bytes=min_bytes)["device_us"])
+                    for kind in ("launch", "launch_read", "copy"))
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
             return t

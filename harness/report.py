@@ -30,7 +30,7 @@ def rows(records: list[Record]) -> list[dict]:
             "speedup": r.speedup, "speedup_compile": r.speedup_compile,
             "time_us": r.time_us, "runs": t.get("runs"), "iqr_us": t.get("iqr_us"),
             "gpu_time_us": r.gpu_time_us, "ref_time_us": r.ref_time_us, "ref_compile_time_us": r.ref_compile_time_us,
-            "bandwidth_gbps": r.bandwidth_gbps, "bandwidth_frac": r.bandwidth_frac,
+            "bandwidth_gbps": r.bandwidth_gbps, "bandwidth_frac": r.bandwidth_frac, "copy_ratio": r.copy_ratio,
             "max_abs_err": r.max_abs_err, "flags": " ".join(r.flags), "message": r.message,
         })
     return out
@@ -63,7 +63,8 @@ def caption(device: str, device_name: str, metric: str) -> str:
     how = ("CUDA events around each call, L2 flushed before each" if device == "cuda"
            else "monotonic host clock around each call, caches flushed before each")
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
-            f"speedup: reference eager median / candidate median ({metric}); vs compile: torch.compile reference.")
+            f"speedup: reference eager median / candidate median ({metric}); vs compile: torch.compile reference. "
+            "x copy: time_us / a copy of the same bytes timed the same way (floor_copy_us).")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:
@@ -100,12 +101,13 @@ def write_files(records: list[Record], out_dir: Path, note: str) -> None:
     s = summary(records)
     (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
     lines = [f"_{note}_", "",
-             "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | max_abs_err | flags |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | x copy | max_abs_err | flags |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for d in data:
         lines.append(f"| {d['solution']} | {d['shape']} | {d['status']} | {_fmt(d['speedup'], '.2f')} | "
                      f"{_fmt(d['speedup_compile'], '.2f')} | {_fmt(d['time_us'], '.1f')} | {d['runs'] or '-'} | "
-                     f"{_fmt(d['bandwidth_gbps'], '.3g')} | {_fmt(d['max_abs_err'], '.3g')} | {d['flags']} |")
+                     f"{_fmt(d['bandwidth_gbps'], '.3g')} | {_fmt(d['copy_ratio'], '.2f')} | "
+                     f"{_fmt(d['max_abs_err'], '.3g')} | {d['flags']} |")
     lines += ["", "| solution | correct shapes | geomean speedup | geomean vs compile |", "|---|---:|---:|---:|"]
     for name, sol in s["solutions"].items():
         lines.append(f"| {name} | {sol['correct']}/{sol['shapes']} | {_fmt(sol['geomean_speedup'], '.2f')} | "

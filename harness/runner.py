@@ -340,8 +340,9 @@ class Runner:
         for shape in plan.shapes:
             if i == 0:
                 self.store.put(ref.outputs(shape))
-            if self.store.get(shape.name).error is None:
-                timings[shape.name] = ref.timings(shape, plan.device)
+            ref_shape = self.store.get(shape.name)
+            if ref_shape.error is None:
+                timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
             progress.advance(t_ref)
 
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),

@@ -140,11 +140,13 @@ class CpuClock:
         return out, extra, Sample(us, us, (h2 - h0) / 1e3)
 
 
-def run_loop(clock, step: Callable[[int], Callable[[], Any]], after: Callable[[Any], Any],
+def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
              on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
     """Warm up for warmup_ms (at least two calls), then sample until the relative standard error of
     the mean is under target (after min_runs), the budget is spent, or max_runs is reached.
-    Returns the timed samples and the number of warm-up calls; on_call sees every call, warm-up too.
+    step(i) gives call i and whether it may be sampled (a call right after a batch of fresh inputs was
+    drawn is made, verified and not sampled). Returns the samples and the number of calls not sampled;
+    on_call sees every call.
     """
     start = _monotonic()
     measure_start = None
@@ -152,7 +154,7 @@ def run_loop(clock, step: Callable[[int], Callable[[], Any]], after: Callable[[A
     total = total_sq = 0.0
     i = 0
     while True:
-        call = step(i)
+        call, counted = step(i)
         out, extra, sample = clock.measure(call, after)
         on_call(i, out, extra)
         del out
@@ -160,8 +162,7 @@ def run_loop(clock, step: Callable[[int], Callable[[], Any]], after: Callable[[A
         if measure_start is None:
             if (now - start) * 1e3 >= s.warmup_ms and i >= 1:
                 measure_start = now
-                warmup = i + 1
-        else:
+        elif counted:
             samples.append(sample)
             x = sample.device_us
             total += x
@@ -180,5 +181,7 @@ def run_loop(clock, step: Callable[[int], Callable[[], Any]], after: Callable[[A
                 break
             if n >= 3 and elapsed >= 4 * s.budget_s:
                 break
+        if measure_start is not None and now - measure_start >= 8 * s.budget_s:
+            break
         i += 1
-    return samples, warmup
+    return samples, i + 1 - len(samples)

@@ -216,7 +216,85 @@ class _ReadModel(torch.nn.Module):
         return x.add_(1)
 
 
-FLOOR_MODELS = {"launch": _EmptyModel, "launch_read": _ReadModel}
+class _CopyModel(torch.nn.Module):
+    """A device-to-device copy moving `nbytes` (half read, half written) into a fresh output, as a
+    candidate allocates its own."""
+
+    def __init__(self, nbytes: int, device: str):
+        super().__init__()
+        self.src = torch.empty(max(nbytes // 2, 1), dtype=torch.uint8, device=device).random_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(self.src).copy_(self.src)
+
+
+FLOOR_MODELS = {"launch": _EmptyModel, "launch_read": _ReadModel, "copy": _CopyModel}
+STOCK_SETS = 16
+STOCK_BYTES = {"cuda": 8 * 2**30, "cpu": 1 * 2**30}
+
+
+def tensor_bytes(xs: list) -> int:
+    return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+
+
+def stock_sets(device: str, per_set: int) -> int:
+    """How many input sets (with their outputs) to draw at once: up to STOCK_SETS, within STOCK_BYTES and a
+    quarter of the device's free memory."""
+    budget = STOCK_BYTES.get(device, STOCK_BYTES["cpu"])
+    if device == "cuda":
+        budget = min(budget, torch.cuda.mem_get_info()[0] // 4)
+    return max(1, min(STOCK_SETS, budget // max(per_set, 1)))
+
+
+class TimedFeed:
+    """Inputs and verification for a timing loop. Call i runs on seed derive(base_seed, i)'s inputs, each
+    set used by one call only. Sets are drawn up to STOCK_SETS at a time ahead of the calls that use them,
+    and (when verifying) every call's outputs are held until its batch ends; then each call of the batch is
+    fingerprinted (outputs, and inputs to catch mutation), its outputs and inputs are poisoned, and all are
+    released. So between two calls of a batch the host only flushes and syncs: a call right after host work
+    measured up to ~100 us slower on the H200 (docs/benchmarks.md). The call right after a draw is made and
+    verified, not sampled. Work a call leaves running on another stream is still caught when it returns:
+    the host's full sync waits for it, past the last event (`work_outside_timing`)."""
+
+    def __init__(self, worker: Worker, base_seed: int, projection: bool | None):
+        self.w = worker
+        self.base = base_seed
+        self.verify = projection is not None
+        self.projection = bool(projection)
+        self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0))}
+        self.in_bytes = tensor_bytes(self.sets[0])
+        self.pending: list[tuple[int, list, list[torch.Tensor]]] = []
+        self.calls: dict[int, tuple] = {}
+        self.k = 0
+        self.out_bytes = 0
+
+    def _batch_size(self) -> int:
+        return stock_sets(self.w.device, self.in_bytes + self.out_bytes)
+
+    def take(self, i: int) -> tuple[list, bool]:
+        """Call i's inputs, and whether call i may be sampled."""
+        fresh = i not in self.sets
+        if fresh:
+            self.settle()
+            self.k = self.k or self._batch_size()
+            self.sets = {j: self.w.inputs(derive(self.base, j)) for j in range(i, i + self.k)}
+        return self.sets.pop(i), i > 0 and (self.k == 1 or not fresh)
+
+    def hold(self, i: int, args: list, out: Any) -> None:
+        outs = plain_outputs(out)
+        self.out_bytes = max(self.out_bytes, sum(o.numel() * o.element_size() for o in outs))
+        if self.verify:
+            self.pending.append((i, args, outs))
+
+    def settle(self) -> None:
+        fp = self.w.fp
+        for i, args, outs in self.pending:
+            ins = [x for x in args if isinstance(x, torch.Tensor)]
+            fps = torch.stack([fp.exact(o) for o in outs])
+            projs = torch.stack([fp.projection(o) for o in outs]) if self.projection else None
+            self.calls[i] = (fps, projs, torch.stack([fp.exact(x) for x in ins]) if ins else None)
+            poison(outs + ins)
+        self.pending.clear()
 
 
 class Worker:
@@ -432,12 +510,21 @@ class Worker:
 
     # -- timing ------------------------------------------------------------------------------
     def _refill_step(self, base_seed: int, bufs: list):
+        """For graph replays and the judge's clock, which need fixed buffers: refill(i) copies seed
+        derive(base_seed, i)'s inputs into them and says whether call i may be sampled. Sets are drawn up to
+        STOCK_SETS at a time, each used once; the call right after a draw is not sampled (TimedFeed)."""
         tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
+        k = stock_sets(self.device, tensor_bytes(bufs))
+        stock: dict[int, list] = {}
 
-        def refill(i: int) -> None:
+        def refill(i: int) -> bool:
             if i == 0:
-                return
-            new = self.inputs(derive(base_seed, i))
+                return True
+            fresh = i not in stock
+            if fresh:
+                stock.clear()
+                stock.update((j, self.inputs(derive(base_seed, j))) for j in range(i, i + k))
+            new = stock.pop(i)
             for j, x in enumerate(new):
                 if j in tensor_idx:
                     if x.shape != bufs[j].shape or x.dtype != bufs[j].dtype:
@@ -446,10 +533,13 @@ class Worker:
                     bufs[j].copy_(x)
                 else:
                     bufs[j] = x
+            return k == 1 or not fresh
 
         return refill
 
     def _verifier(self, bufs: list, projection: bool):
+        """For graph replays, which rewrite one output: fingerprints of every call's output and inputs right
+        after the call, kept on the device until the loop ends; the output is poisoned after."""
         tensors = [x for x in bufs if isinstance(x, torch.Tensor)]
 
         def after(out: Any):
@@ -459,46 +549,49 @@ class Worker:
             ins = torch.stack([self.fp.exact(x) for x in tensors]) if tensors else None
             return outs, fps, projs, ins
 
-        calls: dict[int, list] = {}
+        calls: dict[int, tuple] = {}
 
         def on_call(i: int, out: Any, extra: Any) -> None:
             outs, fps, projs, ins = extra
-            calls[i] = [fps.tolist(), projs.tolist() if projs is not None else None,
-                        ins.tolist() if ins is not None else []]
+            calls[i] = (fps, projs, ins)
             poison(outs)
 
         return after, on_call, calls
 
+    @staticmethod
+    def _calls_json(calls: dict[int, tuple]) -> dict[str, list]:
+        return {str(i): [fps.tolist(), projs.tolist() if projs is not None else None,
+                         ins.tolist() if ins is not None else []] for i, (fps, projs, ins) in calls.items()}
+
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
-                 compiled: bool = False, floor: str | None = None) -> dict:
+                 compiled: bool = False, floor: str | None = None, floor_bytes: int = 0) -> dict:
         """Time the model; with floor, time a stand-in that ignores the inputs (FLOOR_MODELS) through the
-        same loop, refills and verification included, so the floor carries the same between-call costs."""
+        same loop, draws and verification included, so the floor carries the same between-call costs."""
         model = self.compiled if compiled else self.model
         if floor is not None:
-            stand_in, one = FLOOR_MODELS[floor](), torch.zeros(1, device=self.device)
+            kind = FLOOR_MODELS[floor]
+            stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
+            one = torch.zeros(1, device=self.device)
             model = lambda *_: stand_in(one)  # noqa: E731
-        bufs = self.inputs(derive(base_seed, 0))
-        refill = self._refill_step(base_seed, bufs)
-        calls: dict[int, list] = {}
-        if verify:
-            after, on_call, calls = self._verifier(bufs, projection)
-        else:
-            def after(out):
-                return None
-
-            def on_call(i, out, extra):
-                return None
+        feed = TimedFeed(self, base_seed, projection if verify else None)
+        current: list = []
 
         def step(i: int):
-            refill(i)
-            return lambda: model(*bufs)
+            args, counted = feed.take(i)
+            current[:] = [args]
+            return (lambda: model(*args)), counted
+
+        def on_call(i: int, out: Any, extra: Any) -> None:
+            feed.hold(i, current[0], out)
 
         threads_before = native_threads()
-        samples, warmup = timing.run_loop(self.clock, step, after, on_call, timing.LoopSettings(**loop))
+        samples, unsampled = timing.run_loop(self.clock, step, lambda out: None, on_call,
+                                             timing.LoopSettings(**loop))
+        feed.settle()
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
-                "span_us": [s.span_us for s in samples], "warmup": warmup,
-                "calls": {str(k): v for k, v in calls.items()},
-                "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
+                "span_us": [s.span_us for s in samples], "unsampled": unsampled,
+                "calls": self._calls_json(feed.calls), "threads": [threads_before, native_threads()],
+                "extra_py_threads": self.extra_threads()}
 
     def cmd_graph(self, frames, base_seed: int, loop: dict, projection: bool = False) -> dict:
         """Device time without launch gaps: capture one call in a CUDA graph and time its replays."""
@@ -526,13 +619,12 @@ class Worker:
         after_v, on_call, calls = self._verifier(bufs, projection)
 
         def step(i: int):
-            refill(i)
-            return graph.replay
+            return graph.replay, refill(i)
 
-        samples, warmup = timing.run_loop(self.clock, step, lambda _: after_v(static_out), on_call,
-                                          timing.LoopSettings(**loop))
-        return {"graph_ok": True, "device_us": [s.device_us for s in samples], "warmup": warmup,
-                "calls": {str(k): v for k, v in calls.items()}}
+        samples, unsampled = timing.run_loop(self.clock, step, lambda _: after_v(static_out), on_call,
+                                             timing.LoopSettings(**loop))
+        return {"graph_ok": True, "device_us": [s.device_us for s in samples], "unsampled": unsampled,
+                "calls": self._calls_json(calls)}
 
     def cmd_judge_timed(self, frames, base_seed: int, rounds: int) -> dict:
         """Calls the judge times with its own clock: ready -> go -> call + full sync -> done."""
@@ -579,13 +671,13 @@ class Worker:
             return sorted(xs)[len(xs) // 2]
 
         def median_of(fn) -> float:
-            samples, _ = timing.run_loop(self.clock, lambda i: fn, lambda o: None, lambda *a: None, s)
+            samples, _ = timing.run_loop(self.clock, lambda i: (fn, True), lambda o: None, lambda *a: None, s)
             return median([x.device_us for x in samples])
 
         one = torch.zeros(1, device=self.device)
         count = torch.ones(1, dtype=torch.int32, device=self.device)
         empty = _EmptyModel()
-        samples, _ = timing.run_loop(self.clock, lambda i: (lambda: empty(one)), lambda o: None,
+        samples, _ = timing.run_loop(self.clock, lambda i: ((lambda: empty(one)), True), lambda o: None,
                                      lambda *a: None, s)
         result = {"empty_launch_us": median([x.device_us for x in samples]),
                   "host_gap_us": median([x.host_us - x.span_us for x in samples])}

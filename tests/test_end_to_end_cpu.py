@@ -26,7 +26,8 @@ def test_bundled_cpu_solution_is_correct_on_every_shape(bundled):
         assert r["max_abs_err"] == 0.0
         assert r["timing"]["runs"] >= 5 and r["timing"]["iqr_us"] >= 0
         assert FIELDS <= set(r)
-        assert r["floor_launch_us"] > 0 and r["floor_read_us"] > 0  # both floors measured on every shape
+        assert r["floor_launch_us"] > 0 and r["floor_read_us"] > 0 and r["floor_copy_us"] > 0  # floors per shape
+        assert r["copy_ratio"] == pytest.approx(r["time_us"] / r["floor_copy_us"], rel=1e-4)
 
 
 def test_output_files(bundled):

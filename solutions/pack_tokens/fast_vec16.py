@@ -1,26 +1,44 @@
 """Pack tokens at the memory-bandwidth limit: each row read once and written once, 16-byte vectors.
 
-Design (the figures behind each choice are in docs/benchmarks.md, measured by bench/roofline.py):
-- Packing is pure data movement: the floor is a device-to-device copy of the same bytes (token_hidden
-  read once, the output written once). Every output byte is written exactly once: token rows by the
-  scatter kernel, rows no token lands in (capacity padding, empty experts) by a second kernel that
-  reads a one-byte-per-row "written" map. No zero-fill of the whole output first (the original kernel's
-  third pass over the output).
-- Rows move in the widest vector the row size and both base addresses allow: 16 bytes (uint4) when
-  row bytes % 16 == 0, else 8, 4, 2 or 1 bytes: a 130-float row (520 bytes) moves as 8-byte vectors,
-  never misaligned. A group of 32..256 threads owns one row; each thread keeps UNROLL independent loads
-  in flight before its stores; loads bypass L1 (__ldg), stores stream (__stcs), so neither pollutes
-  the cache for the next row.
-- The row count lives on the device (expert_offsets[-1]) and the output's shape needs it on the host.
-  Reading it first would put a host round trip (~30 us) in front of every launch. Instead the count is
-  copied to pinned memory on the current stream, the scatter is launched into a buffer of guessed
-  capacity right behind that copy, and the host waits only for the 4-byte copy while the scatter runs.
-  The result is a view of the first `total` rows; a guess that is too small (never for the bundled
-  shapes) falls back to an exact buffer and a second scatter.
-- Kernels run on PyTorch's current stream (CUDA-graph capture would still fail: the row count is read
-  on the host). Index arithmetic is 64-bit. Expert or slot indices that would land outside the output
-  are skipped: nothing is ever written outside it. Wrong dtypes, devices or ranks raise a ValueError that
-  names the input (checked in Python before the launch: about 2 us).
+What limits it: packing is pure data movement, so the floor is a device-to-device copy of the same bytes
+(token_hidden read once, the output written once); on the small shapes it is the host: one launch plus
+the row count the output's shape needs on the host.
+
+Design (each alternative is a constant below; `bench/kernel_time.py` times them against a copy of the
+same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third session, H200):
+- Every output byte is written once: token rows by `scatter_rows`, rows no token lands in (capacity
+  padding, empty experts) by `zero_unwritten`. Zero-filling the whole output first (the original
+  kernel's way, ZERO_FILL_FIRST) cost +36 to +57 us on the large shapes.
+- Which rows were written: the scatter records owner[dest] = token. The map is never cleared (no memset
+  launch): the zero kernel accepts owner[r] only if that token's indices really land on r, so a stale
+  value can only name a row that was written.
+- The row count: the scatter's first thread writes expert_offsets[-1] to pinned host memory mapped into
+  the device; the host spins on it while the kernels run. A 4-byte copy and an event instead
+  (COUNT_BY_KERNEL=0) cost +8 to +9 us; reading the count before launching (SYNC_READ_FIRST) +18 us.
+  Both kernels are queued before the host waits (the zero kernel reads the count on the device), so the
+  GPU never waits for the host. The output is a view of the first `total` rows of a buffer of guessed
+  capacity (tokens + 16 per expert); a larger count (never for the bundled shapes) falls back to an
+  exact buffer and a second pass.
+- Rows move in the widest vector the row size and both base addresses allow: 16 bytes when row bytes
+  % 16 == 0, else 8, 4, 2 or 1 (a 130-float row moves as 8-byte vectors, never misaligned). A group of
+  32..THREADS threads owns a row, UNROLL loads in flight per thread; the next row's indices are loaded
+  while this row's data is in flight (PREFETCH_NEXT; no measurable effect, kept). Measured alternatives:
+  128-thread blocks 4 us faster at wide and equal elsewhere (not yet the default: the GPU tests ran on
+  256); UNROLL 4 within 1.5 us, 8 worse by 2-4 us on bfloat16; a persistent grid (8 blocks per SM) 5-9 us
+  slower; plain stores instead of streaming ones within 1 us.
+- Host path: the contract is checked in C++ before any launch; also checking it in Python
+  (CHECK_IN_PYTHON) cost up to 4 us. SM count cached; pinned slot and event made once per thread.
+  Together with the two items above, this version is 13-15 us faster than the previous one at seed and
+  7-13 us faster on bfloat16 (in-process, same run).
+- Kernels run on PyTorch's current stream; CUDA-graph capture is refused with a clear error (the count
+  is read on the host). Index arithmetic is 64-bit (outputs over 2^31 elements work). Expert or slot
+  indices that would land outside the output are skipped: nothing is ever written outside it. Wrong
+  dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
+  failing check whose message formatted a value crashed the process on the H200).
+
+Measured with the harness on the H200 (docs/benchmarks.md): seed 30.4 us = 1.14x the loop's read-and-launch
+floor (target 1.3x: met); deepseek 1.06x a copy of the same bytes (met); mixtral 1.18x and wide 1.21x
+(target 1.10x: missed); wide 2.4x eager (target 3x: missed).
 """
 
 import torch
@@ -28,7 +46,12 @@ from torch.utils.cpp_extension import load_inline
 
 THREADS = 256
 MAX_VEC = 16
-UNROLL = 4
+UNROLL = 2
+BLOCKS_PER_SM = 32  # grid cap: blocks per SM (8 would be a persistent grid at full occupancy)
+STREAM_STORES = 1  # 1: streaming stores (__stcs), 0: plain stores
+PREFETCH_NEXT = 1  # 1: load the next row's indices while this row's data is in flight
+COUNT_BY_KERNEL = 1  # 1: the scatter writes the row count to mapped host memory; 0: a 4-byte copy + event
+CHECK_IN_PYTHON = 0  # ablation: check the contract in Python too, before the call (the first session's way)
 SYNC_READ_FIRST = 0  # ablation: read the row count before launching (a host round trip in front of the kernels)
 ZERO_FILL_FIRST = 0  # ablation: zero the whole output first, then scatter (the original kernel's extra pass)
 
@@ -37,61 +60,113 @@ cuda_source = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 
 #define THREADS KBH_THREADS
 #define MAX_VEC KBH_MAX_VEC
 #define UNROLL KBH_UNROLL
+#define BLOCKS_PER_SM KBH_BLOCKS_PER_SM
+#define STREAM_STORES KBH_STREAM_STORES
+#define PREFETCH_NEXT KBH_PREFETCH_NEXT
+#define COUNT_BY_KERNEL KBH_COUNT_BY_KERNEL
 #define SYNC_READ_FIRST KBH_SYNC_READ_FIRST
 #define ZERO_FILL_FIRST KBH_ZERO_FILL_FIRST
 
+constexpr int NO_COUNT = std::numeric_limits<int>::min();
+
+template <typename V>
+__device__ __forceinline__ void store(V* p, const V& v) {
+#if STREAM_STORES
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+// Destination row of token t, or -1 when its indices land outside [0, limit): such tokens are skipped.
+__device__ __forceinline__ int64_t dest_of(int64_t t, const int* __restrict__ expert_idx,
+                                           const int* __restrict__ slot_idx, const int* __restrict__ offsets,
+                                           int64_t num_experts, int64_t limit) {
+    const int e = __ldg(expert_idx + t);
+    if (e < 0 || e >= num_experts) return -1;
+    const int64_t d = (int64_t)__ldg(offsets + e) + (int64_t)__ldg(slot_idx + t);
+    return (d < 0 || d >= limit) ? -1 : d;
+}
+
+// One group of threads_per_row threads per token row. owner[dest] = t marks the row as written; the map
+// is never cleared: zero_unwritten accepts owner[r] only if that token really maps to r.
 template <typename V>
 __global__ void __launch_bounds__(THREADS) scatter_rows(
         const char* __restrict__ src, char* __restrict__ dst, const int* __restrict__ expert_idx,
-        const int* __restrict__ slot_idx, const int* __restrict__ offsets, unsigned char* __restrict__ written,
-        int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs, int threads_per_row) {
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* __restrict__ owner,
+        volatile int* count_out, int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs,
+        int threads_per_row) {
+    const int total = __ldg(offsets + num_experts);
+    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        *count_out = total;
+        __threadfence_system();
+    }
     const int rows_per_block = THREADS / threads_per_row;
     const int lane = threadIdx.x % threads_per_row;
-    const int64_t limit = min(capacity, (int64_t)__ldg(offsets + num_experts));
+    const int64_t limit = min(capacity, (int64_t)total);
     const int64_t row_bytes = row_vecs * (int64_t)sizeof(V);
-    for (int64_t t = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / threads_per_row; t < num_tokens;
-         t += (int64_t)gridDim.x * rows_per_block) {
-        const int e = __ldg(expert_idx + t);
-        if (e < 0 || e >= num_experts) continue;
-        const int64_t dest = (int64_t)__ldg(offsets + e) + (int64_t)__ldg(slot_idx + t);
-        if (dest < 0 || dest >= limit) continue;
-        const V* s = reinterpret_cast<const V*>(src + t * row_bytes);
-        V* d = reinterpret_cast<V*>(dst + dest * row_bytes);
-        for (int64_t i = lane; i < row_vecs; i += (int64_t)threads_per_row * UNROLL) {
-            V v[UNROLL];
+    const int64_t stride = (int64_t)gridDim.x * rows_per_block;
+    int64_t t = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / threads_per_row;
+    int64_t dest = t < num_tokens ? dest_of(t, expert_idx, slot_idx, offsets, num_experts, limit) : -1;
+    while (t < num_tokens) {
+        const int64_t next = t + stride;
+        int64_t next_dest = -1;
+        bool fetched = false;
+        if (dest >= 0) {
+            const V* s = reinterpret_cast<const V*>(src + t * row_bytes);
+            V* d = reinterpret_cast<V*>(dst + dest * row_bytes);
+            for (int64_t i = lane; i < row_vecs; i += (int64_t)threads_per_row * UNROLL) {
+                V v[UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int64_t j = i + (int64_t)u * threads_per_row;
-                if (j < row_vecs) v[u] = __ldg(s + j);
-            }
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int64_t j = i + (int64_t)u * threads_per_row;
+                    if (j < row_vecs) v[u] = __ldg(s + j);
+                }
+#if PREFETCH_NEXT
+                if (!fetched) {
+                    fetched = true;
+                    if (next < num_tokens) next_dest = dest_of(next, expert_idx, slot_idx, offsets, num_experts, limit);
+                }
+#endif
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int64_t j = i + (int64_t)u * threads_per_row;
-                if (j < row_vecs) __stcs(d + j, v[u]);
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int64_t j = i + (int64_t)u * threads_per_row;
+                    if (j < row_vecs) store(d + j, v[u]);
+                }
             }
+            if (lane == 0) owner[dest] = (int)t;
         }
-        if (lane == 0) written[dest] = 1;
+        if (!fetched && next < num_tokens) next_dest = dest_of(next, expert_idx, slot_idx, offsets, num_experts, limit);
+        t = next;
+        dest = next_dest;
     }
 }
 
+// Rows below the device's row count that no token wrote. The count is read here, not on the host, so
+// this kernel is queued before the host learns the count.
 template <typename V>
 __global__ void __launch_bounds__(THREADS) zero_unwritten(
-        char* __restrict__ dst, const unsigned char* __restrict__ written, int64_t rows, int64_t row_vecs) {
+        char* __restrict__ dst, const int* __restrict__ owner, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int64_t num_tokens,
+        int64_t num_experts, int64_t capacity, int64_t row_vecs) {
     const int warps = THREADS / 32;
     const int lane = threadIdx.x % 32;
+    const int64_t limit = min(capacity, max((int64_t)0, (int64_t)__ldg(offsets + num_experts)));
     const int64_t row_bytes = row_vecs * (int64_t)sizeof(V);
     V zero;
     memset(&zero, 0, sizeof(V));
-    for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / 32; r < rows; r += (int64_t)gridDim.x * warps) {
-        if (written[r]) continue;
+    for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / 32; r < limit; r += (int64_t)gridDim.x * warps) {
+        const int64_t o = owner[r];
+        if (o >= 0 && o < num_tokens && dest_of(o, expert_idx, slot_idx, offsets, num_experts, limit) == r) continue;
         V* d = reinterpret_cast<V*>(dst + r * row_bytes);
-        for (int64_t i = lane; i < row_vecs; i += 32) __stcs(d + i, zero);
+        for (int64_t i = lane; i < row_vecs; i += 32) store(d + i, zero);
     }
 }
 
@@ -109,30 +184,88 @@ static int threads_per_row(int64_t row_vecs) {
     return tpr;
 }
 
+static int sm_count(int device) {
+    static std::mutex m;
+    static std::unordered_map<int, int> sms;
+    std::lock_guard<std::mutex> lock(m);
+    auto it = sms.find(device);
+    if (it != sms.end()) return it->second;
+    int n = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    sms[device] = n;
+    return n;
+}
+
+// Where the row count lands on the host: one pinned int (mapped into the device's address space) and one
+// event per thread and device, reused by every call: each call has its count before it returns, so calls
+// on one thread never overlap here.
+struct CountSlot {
+    volatile int* host = nullptr;
+    int* device = nullptr;
+    cudaEvent_t copied = nullptr;
+};
+
+static CountSlot& count_slot(int device) {
+    thread_local std::unordered_map<int, CountSlot> slots;
+    CountSlot& slot = slots[device];
+    if (slot.host == nullptr) {
+        void* p = nullptr;
+        C10_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+        void* d = nullptr;
+        C10_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+        slot.host = static_cast<volatile int*>(p);
+        slot.device = static_cast<int*>(d);
+        C10_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+    }
+    return slot;
+}
+
+// Spin until the scatter has written the count; if the stream drains without it (it cannot, unless the
+// launch failed), read the count the slow way.
+static int64_t wait_count(CountSlot& slot, const torch::Tensor& off, cudaStream_t stream) {
+    for (uint64_t spins = 0;; ++spins) {
+        const int v = *slot.host;
+        if (v != NO_COUNT) return v;
+        if (spins % 256 == 255) {
+            const cudaError_t st = cudaStreamQuery(stream);
+            if (st == cudaErrorNotReady) continue;
+            C10_CUDA_CHECK(st);
+            if (*slot.host != NO_COUNT) return *slot.host;
+            int total = 0;
+            C10_CUDA_CHECK(cudaMemcpy(&total, off.data_ptr<int>() + (off.numel() - 1), sizeof(int),
+                                      cudaMemcpyDeviceToHost));
+            return total;
+        }
+    }
+}
+
 template <typename V>
 static void launch_scatter(const torch::Tensor& src, torch::Tensor& dst, const torch::Tensor& e,
-                           const torch::Tensor& s, const torch::Tensor& off, torch::Tensor& written,
-                           int64_t capacity, cudaStream_t stream, int sms) {
+                           const torch::Tensor& s, const torch::Tensor& off, torch::Tensor& owner,
+                           int* count_out, int64_t capacity, cudaStream_t stream, int sms) {
     const int64_t n = src.size(0);
-    if (n == 0) return;
     const int64_t row_vecs = src.size(1) * src.element_size() / (int64_t)sizeof(V);
     const int tpr = threads_per_row(row_vecs);
     const int64_t rows_per_block = THREADS / tpr;
-    const int64_t blocks = std::min<int64_t>((n + rows_per_block - 1) / rows_per_block, (int64_t)sms * 32);
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + rows_per_block - 1) / rows_per_block,
+                                                                   (int64_t)sms * BLOCKS_PER_SM));
     scatter_rows<V><<<blocks, THREADS, 0, stream>>>(
         static_cast<const char*>(src.data_ptr()), static_cast<char*>(dst.data_ptr()), e.data_ptr<int>(),
-        s.data_ptr<int>(), off.data_ptr<int>(), written.data_ptr<uint8_t>(), n, off.numel() - 1, capacity,
+        s.data_ptr<int>(), off.data_ptr<int>(), owner.data_ptr<int>(), count_out, n, off.numel() - 1, capacity,
         row_vecs, tpr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename V>
-static void launch_zero(torch::Tensor& dst, const torch::Tensor& written, int64_t rows, cudaStream_t stream, int sms) {
-    if (rows == 0) return;
+static void launch_zero(torch::Tensor& dst, const torch::Tensor& owner, const torch::Tensor& e,
+                        const torch::Tensor& s, const torch::Tensor& off, int64_t capacity, cudaStream_t stream,
+                        int sms) {
+    if (capacity == 0) return;
     const int64_t row_vecs = dst.size(1) * dst.element_size() / (int64_t)sizeof(V);
-    const int64_t blocks = std::min<int64_t>((rows + THREADS / 32 - 1) / (THREADS / 32), (int64_t)sms * 16);
-    zero_unwritten<V><<<blocks, THREADS, 0, stream>>>(static_cast<char*>(dst.data_ptr()),
-                                                      written.data_ptr<uint8_t>(), rows, row_vecs);
+    const int64_t blocks = std::min<int64_t>((capacity + THREADS / 32 - 1) / (THREADS / 32), (int64_t)sms * 16);
+    zero_unwritten<V><<<blocks, THREADS, 0, stream>>>(
+        static_cast<char*>(dst.data_ptr()), owner.data_ptr<int>(), e.data_ptr<int>(), s.data_ptr<int>(),
+        off.data_ptr<int>(), e.numel(), off.numel() - 1, capacity, row_vecs);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -148,24 +281,35 @@ static void launch_zero(torch::Tensor& dst, const torch::Tensor& written, int64_
 static std::mutex hint_mutex;
 static std::unordered_map<int64_t, int64_t> capacity_hint;
 
+// Queue the whole pack into a buffer of `capacity` rows: rows scattered (the first block also writing the
+// row count to count_out when given), then rows no token wrote (below the device's row count) zeroed.
+static torch::Tensor pack_into(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
+                               const torch::Tensor& off, int64_t capacity, int* count_out, cudaStream_t stream,
+                               int sms) {
+    const int64_t hidden = src.size(1);
+    auto buffer = ZERO_FILL_FIRST ? torch::zeros({capacity, hidden}, src.options())
+                                  : torch::empty({capacity, hidden}, src.options());
+    auto owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
+    const int vec = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
+                                 reinterpret_cast<uintptr_t>(buffer.data_ptr()));
+    DISPATCH_VEC(vec, launch_scatter, src, buffer, e, s, off, owner, count_out, capacity, stream, sms);
+    if (!ZERO_FILL_FIRST) DISPATCH_VEC(vec, launch_zero, buffer, owner, e, s, off, capacity, stream, sms);
+    return buffer;
+}
+
 torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
                                const torch::Tensor& off) {
-    const auto dev = src.device();
+    const int device = src.device().index();
     const int64_t num_tokens = src.size(0);
-    c10::cuda::CUDAGuard guard(dev);
+    c10::cuda::CUDAGuard guard(src.device());
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    int sms = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev.index()));
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    TORCH_CHECK(capture == cudaStreamCaptureStatusNone,
+                "pack_tokens: the output's row count is read on the host, so the call cannot be captured in a CUDA graph");
+    const int sms = sm_count(device);
     const int64_t num_experts = off.numel() - 1;
-    const int64_t hidden = src.size(1);
-
-    // The row count travels to the host behind the stream's earlier work; the scatter does not wait for it.
-    auto host_total = torch::empty({1}, torch::dtype(torch::kInt32).pinned_memory(true));
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_total.data_ptr(), off.data_ptr<int>() + num_experts, sizeof(int),
-                                   cudaMemcpyDeviceToHost, stream));
-    cudaEvent_t copied;
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-    C10_CUDA_CHECK(cudaEventRecord(copied, stream));
+    CountSlot& slot = count_slot(device);
 
     const int64_t key = num_tokens * 1000003 + num_experts;
     int64_t capacity = num_tokens + 16 * num_experts;
@@ -174,38 +318,36 @@ torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e,
         auto it = capacity_hint.find(key);
         if (it != capacity_hint.end()) capacity = std::max(capacity, it->second);
     }
-    if (SYNC_READ_FIRST) {
-        C10_CUDA_CHECK(cudaEventSynchronize(copied));
-        capacity = std::max<int64_t>(host_total.data_ptr<int>()[0], 0);
+    int* count_out = nullptr;
+    if (SYNC_READ_FIRST || !COUNT_BY_KERNEL) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(const_cast<int*>(slot.host), off.data_ptr<int>() + num_experts, sizeof(int),
+                                       cudaMemcpyDeviceToHost, stream));
+        C10_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
+        if (SYNC_READ_FIRST) {
+            C10_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+            capacity = std::max<int64_t>((int64_t)*slot.host, 0);
+        }
+    } else {
+        *slot.host = NO_COUNT;
+        count_out = slot.device;
     }
-    auto buffer = ZERO_FILL_FIRST ? torch::zeros({capacity, hidden}, src.options())
-                                  : torch::empty({capacity, hidden}, src.options());
-    auto written = torch::zeros({capacity}, src.options().dtype(torch::kUInt8));
-    const int vec = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
-                                 reinterpret_cast<uintptr_t>(buffer.data_ptr()));
-    DISPATCH_VEC(vec, launch_scatter, src, buffer, e, s, off, written, capacity, stream, sms);
-
-    C10_CUDA_CHECK(cudaEventSynchronize(copied));
-    C10_CUDA_CHECK(cudaEventDestroy(copied));
-    const int64_t total = host_total.data_ptr<int>()[0];
-    TORCH_CHECK(total >= 0, "pack_tokens: expert_offsets[-1] is negative");
+    auto buffer = pack_into(src, e, s, off, capacity, count_out, stream, sms);
+    int64_t total = 0;
+    if (count_out != nullptr) {
+        total = wait_count(slot, off, stream);
+    } else {
+        C10_CUDA_CHECK(cudaEventSynchronize(slot.copied));
+        total = *slot.host;
+    }
+    TORCH_CHECK_VALUE(total >= 0, "pack_tokens: expert_offsets[-1] is negative");
     if (total > capacity) {
         {
             std::lock_guard<std::mutex> lock(hint_mutex);
             capacity_hint[key] = total;
         }
-        buffer = torch::empty({total, hidden}, src.options());
-        written = torch::zeros({total}, src.options().dtype(torch::kUInt8));
-        const int v2 = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
-                                    reinterpret_cast<uintptr_t>(buffer.data_ptr()));
-        DISPATCH_VEC(v2, launch_scatter, src, buffer, e, s, off, written, total, stream, sms);
-        capacity = total;
+        buffer = pack_into(src, e, s, off, total, nullptr, stream, sms);
     }
-    auto out = buffer.narrow(0, 0, total);
-    const int vz = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(out.data_ptr()),
-                                reinterpret_cast<uintptr_t>(out.data_ptr()));
-    if (!ZERO_FILL_FIRST) DISPATCH_VEC(vz, launch_zero, out, written, total, stream, sms);
-    return out;
+    return buffer.narrow(0, 0, total);
 }
 """
 
@@ -213,34 +355,47 @@ cpp_source = r"""
 torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
                                const torch::Tensor& off);
 
-// ModelNew.forward checks the contract with messages that name the values. These checks guard direct calls
-// of the extension; their messages are plain literals: a failing check whose message formats a value
-// crashed the process on the H200 (see docs/benchmarks.md).
+// Every message is a plain literal: on the H200 a failing check whose message formatted a value crashed
+// the process (docs/benchmarks.md). Each check names the input it refuses; TORCH_CHECK_VALUE raises
+// ValueError in Python.
+static void check_index(const torch::Tensor& t, const torch::Tensor& x, const char* wrong_device,
+                        const char* wrong_dtype, const char* wrong_rank) {
+    TORCH_CHECK_VALUE(t.device() == x.device(), wrong_device);
+    TORCH_CHECK_VALUE(t.scalar_type() == torch::kInt32, wrong_dtype);
+    TORCH_CHECK_VALUE(t.dim() == 1, wrong_rank);
+}
+
 torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, torch::Tensor slot_idx,
                           torch::Tensor expert_offsets) {
-    TORCH_CHECK(token_hidden.is_cuda(), "pack_tokens: token_hidden must be a CUDA tensor");
-    TORCH_CHECK(token_hidden.dim() == 2, "pack_tokens: token_hidden must be 2-D");
-    const auto dev = token_hidden.device();
-    for (const torch::Tensor* t : {&expert_idx, &slot_idx, &expert_offsets}) {
-        TORCH_CHECK(t->device() == dev, "pack_tokens: all inputs must be on token_hidden's device");
-        TORCH_CHECK(t->scalar_type() == torch::kInt32, "pack_tokens: index tensors must be int32");
-        TORCH_CHECK(t->dim() == 1, "pack_tokens: index tensors must be 1-D");
-    }
+    TORCH_CHECK_VALUE(token_hidden.is_cuda(), "pack_tokens: token_hidden must be a CUDA tensor");
+    TORCH_CHECK_VALUE(token_hidden.dim() == 2, "pack_tokens: token_hidden must be 2-D (tokens x hidden)");
+    check_index(expert_idx, token_hidden, "pack_tokens: expert_idx must be on token_hidden's device",
+                "pack_tokens: expert_idx must be int32", "pack_tokens: expert_idx must be 1-D");
+    check_index(slot_idx, token_hidden, "pack_tokens: slot_idx must be on token_hidden's device",
+                "pack_tokens: slot_idx must be int32", "pack_tokens: slot_idx must be 1-D");
+    check_index(expert_offsets, token_hidden, "pack_tokens: expert_offsets must be on token_hidden's device",
+                "pack_tokens: expert_offsets must be int32", "pack_tokens: expert_offsets must be 1-D");
     const int64_t num_tokens = token_hidden.size(0);
-    TORCH_CHECK(expert_idx.numel() == num_tokens && slot_idx.numel() == num_tokens,
-                "pack_tokens: expert_idx and slot_idx need one entry per token");
-    TORCH_CHECK(expert_offsets.numel() >= 1, "pack_tokens: expert_offsets needs num_experts + 1 entries");
+    TORCH_CHECK_VALUE(expert_idx.numel() == num_tokens, "pack_tokens: expert_idx needs one entry per token");
+    TORCH_CHECK_VALUE(slot_idx.numel() == num_tokens, "pack_tokens: slot_idx needs one entry per token");
+    TORCH_CHECK_VALUE(expert_offsets.numel() >= 1, "pack_tokens: expert_offsets needs num_experts + 1 entries");
+    TORCH_CHECK_VALUE(num_tokens < 2147483647LL, "pack_tokens: at most 2^31 - 2 tokens (token ids are int32)");
     return pack_tokens_cuda(token_hidden.contiguous(), expert_idx.contiguous(), slot_idx.contiguous(),
                             expert_offsets.contiguous());
 }
 """
 
+CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_PER_SM": BLOCKS_PER_SM,
+             "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
+             "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST}
+source = cuda_source
+for key, value in CONSTANTS.items():
+    source = source.replace(f"KBH_{key}", str(value))
+
 pack_ext = load_inline(
-    name=f"pack_tokens_fast_t{THREADS}_v{MAX_VEC}_u{UNROLL}_s{SYNC_READ_FIRST}_z{ZERO_FILL_FIRST}",
+    name="pack_tokens_fast_" + "_".join(str(v) for v in CONSTANTS.values()),
     cpp_sources=cpp_source,
-    cuda_sources=cuda_source.replace("KBH_THREADS", str(THREADS)).replace("KBH_MAX_VEC", str(MAX_VEC))
-    .replace("KBH_UNROLL", str(UNROLL)).replace("KBH_SYNC_READ_FIRST", str(SYNC_READ_FIRST))
-    .replace("KBH_ZERO_FILL_FIRST", str(ZERO_FILL_FIRST)),
+    cuda_sources=source,
     functions=["pack_tokens"],
     extra_cuda_cflags=["-O3"],
     verbose=False,
@@ -248,7 +403,8 @@ pack_ext = load_inline(
 
 
 def check_contract(token_hidden, expert_idx, slot_idx, expert_offsets) -> None:
-    """Raise ValueError naming the first input outside the contract (a CUDA fault never tells the caller which)."""
+    """The extension's checks with the offending values in the message (ValueError); off by default: the
+    extension checks the same before any launch, and this costs host time in front of the call."""
     if not token_hidden.is_cuda:
         raise ValueError(f"pack_tokens: token_hidden must be a CUDA tensor, got {token_hidden.device}")
     if token_hidden.dim() != 2:
@@ -270,5 +426,6 @@ def check_contract(token_hidden, expert_idx, slot_idx, expert_offsets) -> None:
 
 class ModelNew(torch.nn.Module):
     def forward(self, token_hidden, expert_idx, slot_idx, expert_offsets):
-        check_contract(token_hidden, expert_idx, slot_idx, expert_offsets)
+        if CHECK_IN_PYTHON:
+            check_contract(token_hidden, expert_idx, slot_idx, expert_offsets)
         return pack_ext.pack_tokens(token_hidden, expert_idx, slot_idx, expert_offsets)

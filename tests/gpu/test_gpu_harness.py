@@ -149,4 +149,5 @@ def test_two_lanes_share_one_gpu(run_eval):
                    "--solution", str(GPU / "vadd_current_stream.py"), str(GPU / "vadd_legacy_stream.py"))
     assert res.rc == 0, res.stderr
     assert {r["lane"] for r in res.records} == {0, 1}
-    assert all(r["status"] == "correct" for r in res.records)
+    assert all(r["status"] == "correct" for r in res.records), [
+        (r["solution"], r["status"], r["flags"], r["message"]) for r in res.records]

@@ -1,0 +1,86 @@
+"""The timing loop's input feed and sampling rule, on the CPU with a stand-in worker."""
+
+from types import SimpleNamespace
+
+import torch
+
+from harness import timing
+from harness.fingerprint import Fingerprinter
+from harness.seeds import derive
+from harness.worker import STOCK_SETS, TimedFeed
+
+BASE = 77
+
+
+def fake_worker(draws: list[int], size: int = 8):
+    def inputs(seed: int) -> list:
+        draws.append(seed)
+        g = torch.Generator().manual_seed(seed % 2**63)
+        return [torch.randn(size, generator=g), 3]
+
+    return SimpleNamespace(inputs=inputs, device="cpu", fp=Fingerprinter(5, "cpu"))
+
+
+def test_each_call_gets_its_own_seed_drawn_in_batches_and_the_call_after_a_draw_is_not_sampled():
+    draws: list[int] = []
+    feed = TimedFeed(fake_worker(draws), BASE, projection=False)
+    counted = []
+    for i in range(2 * STOCK_SETS + 3):
+        args, ok = feed.take(i)
+        want = fake_worker([]).inputs(derive(BASE, i))[0]
+        assert torch.equal(args[0], want), i
+        counted.append(ok)
+        feed.hold(i, args, args[0] * 2)
+    assert draws == [derive(BASE, i) for i in range(3 * STOCK_SETS + 1)]  # call 0, then batches from 1
+    assert not counted[0]
+    fresh = {1, 1 + STOCK_SETS, 1 + 2 * STOCK_SETS}
+    assert [i for i, ok in enumerate(counted) if not ok] == [0, *sorted(fresh)]
+
+
+def test_outputs_are_held_until_the_batch_ends_then_fingerprinted_and_poisoned():
+    w = fake_worker([])
+    feed = TimedFeed(w, BASE, projection=False)
+    outs = {}
+    for i in range(STOCK_SETS + 2):
+        args, _ = feed.take(i)
+        outs[i] = (args[0] * 2, args[0].clone())
+        feed.hold(i, args, outs[i][0])
+    last = STOCK_SETS + 1  # the first call of the second batch: drawing it settled calls 0 .. last - 1
+    assert set(feed.calls) == set(range(last))
+    assert not torch.isnan(outs[last][0]).any() and torch.isnan(outs[last - 1][0]).all()
+    feed.settle()
+    assert set(feed.calls) == set(range(STOCK_SETS + 2))
+    for i, (out, clean_in) in outs.items():
+        fps, projs, ins = feed.calls[i]
+        assert fps.tolist() == [w.fp.exact(clean_in * 2).item()]
+        assert ins.tolist() == [w.fp.exact(clean_in).item()]
+        assert projs is None
+        assert torch.isnan(out).all()  # poisoned once fingerprinted
+
+
+def test_no_batches_when_one_set_fills_the_budget(monkeypatch):
+    monkeypatch.setitem(__import__("harness.worker", fromlist=["STOCK_BYTES"]).STOCK_BYTES, "cpu", 16)
+    feed = TimedFeed(fake_worker([], size=64), BASE, projection=None)
+    counted = [feed.take(i)[1] for i in range(5)]
+    assert counted == [False, True, True, True, True]  # every call drawn fresh, so every call is sampled
+
+
+class StepClock:
+    kind = "cpu"
+
+    def __init__(self):
+        self.n = 0
+
+    def measure(self, call, after):
+        self.n += 1
+        out = call()
+        return out, after(out), timing.Sample(float(self.n), float(self.n), float(self.n))
+
+
+def test_run_loop_samples_only_counted_calls_and_reports_the_rest():
+    seen = []
+    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=6, max_runs=6, budget_s=10.0, target_rse=0.0)
+    samples, unsampled = timing.run_loop(StepClock(), lambda i: ((lambda: i), i % 3 != 1), lambda o: None,
+                                         lambda i, o, e: seen.append(i), settings)
+    assert [s.device_us for s in samples] == [3.0, 4.0, 6.0, 7.0, 9.0, 10.0]
+    assert unsampled == len(seen) - len(samples) == 4  # warm-up calls 0 and 1, skipped calls 4 and 7
