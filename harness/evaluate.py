@@ -22,7 +22,7 @@ from .build import BuildResult, Candidate, builds_frozen
 from .check import compare_outputs, fingerprint_matches, read_output_file, same_as
 from .config import Shape
 from .records import Record
-from .reference import ReferenceRunner, ReferenceStore, RefTiming, short_loop
+from .reference import TIMED_COMMANDS, DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
 from .stats import summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
@@ -58,6 +58,11 @@ class LaneContext:
     cores: list[int] | None = None
     poison_bytes: int = 0
     gate: object = None
+    turn: DeviceTurn | None = None
+
+    def timing(self):
+        """Held around every timed command (DeviceTurn)."""
+        return self.turn() if self.turn is not None else contextlib.nullcontext()
 
 
 class SparePool:
@@ -110,11 +115,21 @@ class CandidateEvaluation:
         self.patched: set[str] = set()
         self.log = lane.log_dir / f"{safe_name(cand.name)}.log"
         self.token = secrets.token_hex(6)
+        self.phases: dict[str, float] = {}
 
     # -- worker plumbing -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Wall seconds per stage of a shape, for the record: where an evaluation's time goes."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t0, 3)
+
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
         assert self.worker is not None
-        with self.lane.gate.shared():
+        with self.lane.gate.shared(), (self.lane.timing() if cmd in TIMED_COMMANDS else contextlib.nullcontext()):
             reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
@@ -161,6 +176,7 @@ class CandidateEvaluation:
 
     def evaluate_shape(self, shape: Shape) -> Record:
         t0 = time.monotonic()
+        self.phases = {}
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors,
                       static_warnings=self.static_warnings, static_policy=self.plan.static_policy,
                       calibration=self.lane.calibration)
@@ -173,7 +189,8 @@ class CandidateEvaluation:
         else:
             try:
                 if self.worker is None:
-                    self._start_worker()
+                    with self._phase("worker_start"):
+                        self._start_worker()
                 self._shape(shape, ev, ref)
             except WorkerGone as g:
                 ev.failure = ("timeout" if g.kind == "timeout" else "runtime_error",
@@ -246,16 +263,18 @@ class CandidateEvaluation:
     def _shape(self, shape: Shape, ev: Evidence, ref) -> None:
         plan = self.plan
         deadline = time.monotonic() + plan.config.timeouts.shape_s
-        self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name))
-        for k, seed in enumerate(plan.check_seeds(shape.name)):
-            outcome = self._check(shape, ev, ref, seed, "check", deadline, first=(k == 0))
-            if not outcome.comparison.ok or verdict.integrity_flags(ev):
-                return
+        with self._phase("checks"):
+            self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name))
+            for k, seed in enumerate(plan.check_seeds(shape.name)):
+                outcome = self._check(shape, ev, ref, seed, "check", deadline, first=(k == 0))
+                if not outcome.comparison.ok or verdict.integrity_flags(ev):
+                    return
         dtypes = ref.out_dtypes()
         tols = [self._tol_for(d) for d in dtypes]
         projection = not all(t.exact for t in tols)
         base = plan.time_seed(shape.name)
-        r = self._ask("time", deadline, base_seed=base, loop=loop_settings(plan), verify=True, projection=projection)
+        with self._phase("timing"):
+            r = self._ask("time", deadline, base_seed=base, loop=loop_settings(plan), verify=True, projection=projection)
         dev, host, span = r["device_us"], r["host_us"], r["span_us"]
         if not dev:
             raise CandidateFailure("timing returned no samples")
@@ -267,22 +286,25 @@ class CandidateEvaluation:
         ev.timing_thread_growth = threads[1] > threads[0]
         ev.timing_py_threads = list(r.get("extra_py_threads") or [])
         n_calls = int(r.get("unsampled", 0)) + len(dev)
-        ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
-        self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
-        ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
-        if ev.judge_call_us is not None and verdict.timer_contradicts(ev.timing.median_us, ev.judge_call_us):
-            again = self._judge_clock(derive(plan.judge_seed(shape.name), "again"), 2 * JUDGE_ROUNDS, deadline,
-                                      freeze=True)
-            if again is not None:
-                ev.judge_call_us = min(ev.judge_call_us, again)
+        with self._phase("verify"):
+            ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
+            self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
+        with self._phase("judge_clock"):
+            ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
+            if ev.judge_call_us is not None and verdict.timer_contradicts(ev.timing.median_us, ev.judge_call_us):
+                again = self._judge_clock(derive(plan.judge_seed(shape.name), "again"), 2 * JUDGE_ROUNDS, deadline,
+                                          freeze=True)
+                if again is not None:
+                    ev.judge_call_us = min(ev.judge_call_us, again)
         if plan.device == "cuda" and plan.config.timing.graph:
-            self._graph(shape, ev, projection, tols, deadline)
+            with self._phase("graph"):
+                self._graph(shape, ev, projection, tols, deadline)
 
     def _judge_clock(self, seed: int, rounds: int, deadline: float, freeze: bool) -> float | None:
         """Per-call time on the judge's clock: the fastest call round trip less the fastest no-op one.
         Before a mismatch can accuse a candidate it is measured again with every build paused (freeze):
         on a busy host the judge's wake-ups alone can add milliseconds to every round."""
-        with self.lane.gate.shared(), (builds_frozen() if freeze else contextlib.nullcontext()):
+        with self.lane.gate.shared(), self.lane.timing(), (builds_frozen() if freeze else contextlib.nullcontext()):
             calls, noops = judge_timed(self.worker, seed, rounds, deadline - time.monotonic())
         return max(min(calls) - min(noops), 0.0) if calls and noops else None
 
@@ -344,7 +366,7 @@ class CandidateEvaluation:
             bandwidth_gbps=bw if correct else None,
             bandwidth_frac=(bw / copy) if correct and bw and copy else None,
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
-            log=str(self.log), eval_seconds=seconds,
+            log=str(self.log), eval_seconds=seconds, phase_seconds=dict(self.phases),
         )
 
 

@@ -7,13 +7,16 @@ the reference itself, eager and under torch.compile, the way candidates are time
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from .build import builds_frozen
 from .check import tensor_from_bytes
 from .config import Shape
 from .stats import Measurement, summarize
@@ -51,6 +54,7 @@ class RefTiming:
     floor_copy: Measurement | None = None
     compile_error: str | None = None
     error: str | None = None
+    seconds: float = 0.0
 
 
 class ReferenceStore:
@@ -75,19 +79,39 @@ class ReferenceStore:
         return self.shapes[name]
 
 
-class ReferenceRunner:
-    """Drives one lane's reference worker."""
+TIMED_COMMANDS = frozenset({"time", "graph", "calibrate"})
 
-    def __init__(self, worker: WorkerHandle, plan, loop: dict, timeout_s: float):
+
+class DeviceTurn:
+    """Held around every timed command on one device. Lanes that share the device take turns (a reference
+    timed beside a candidate on one GPU would slow both); where timing shares its cores with builds (CPU
+    runs, small hosts), running builds are paused (SIGSTOP) meanwhile."""
+
+    def __init__(self, pause_builds: bool = False):
+        self.lock = threading.Lock()
+        self.pause_builds = pause_builds
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with self.lock, (builds_frozen() if self.pause_builds else contextlib.nullcontext()):
+            yield
+
+
+class ReferenceRunner:
+    """Drives one lane's reference worker; timed commands take the device's turn."""
+
+    def __init__(self, worker: WorkerHandle, plan, loop: dict, timeout_s: float, turn: DeviceTurn | None = None):
         self.worker = worker
         self.plan = plan
         self.loop = loop
         self.timeout_s = timeout_s
         self.current: tuple[str, bool] | None = None
         self.lock = threading.Lock()
+        self.turn = turn or DeviceTurn()
 
     def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
-        reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
+        with self.turn() if cmd in TIMED_COMMANDS else contextlib.nullcontext():
+            reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
         if not reply.get("ok"):
             raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
         return reply
@@ -134,6 +158,13 @@ class ReferenceRunner:
         included): one launch; one read and one launch; a copy of the shape's minimum bytes. What the
         cheapest possible candidate, and a copy of the same bytes, measure under the same conditions."""
         t = RefTiming()
+        t0 = time.monotonic()
+        try:
+            return self._timings(t, shape, device, min_bytes)
+        finally:
+            t.seconds = round(time.monotonic() - t0, 3)
+
+    def _timings(self, t: RefTiming, shape: Shape, device: str, min_bytes: int) -> RefTiming:
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
         try:

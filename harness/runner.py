@@ -43,7 +43,7 @@ from .evaluate import (
 from .integrity import TreeGuard
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
-from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming
 from .workers import WorkerGone, WorkerHandle
 
 POISON_BYTES = 4 * 2**30
@@ -60,6 +60,7 @@ class Runner:
         self.store = ReferenceStore()
         self.lock = threading.Lock()
         self.gate = Gate()
+        self.turns: dict[str, DeviceTurn] = {}
         self.building: set[str] = set()
         self.evaluating: set[str] = set()
         self.build_args: dict = {}
@@ -277,12 +278,13 @@ class Runner:
         plan = self.plan
         refs: list[ReferenceRunner] = []
         for i, dev in enumerate(plan.lanes):
+            turn = self.turns.setdefault(dev, DeviceTurn(pause_builds=lane_cores[i] is None))
             env = {"KBH_TOOLCHAIN": toolchain, "TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
                    "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
             if plan.device == "cuda":
                 env["CUDA_VISIBLE_DEVICES"] = dev
             w = self._spawn(i, env, self.logs / f"reference.lane{i}.log", trusted=True)
-            refs.append(ReferenceRunner(w, plan, loop_settings(plan), plan.config.timeouts.shape_s))
+            refs.append(ReferenceRunner(w, plan, loop_settings(plan), plan.config.timeouts.shape_s, turn=turn))
         errors = []
 
         def init(i: int) -> None:
@@ -316,8 +318,10 @@ class Runner:
         if final:
             data["calibration"] = {str(k): vars(v) for k, v in self.calibrations.items()}
             data["reference_timings"] = {
-                str(lane): {s: {k: (getattr(t, k).to_json() if getattr(t, k) else None) for k in ("eager", "compiled", "graph")}
-                            | {"compile_error": t.compile_error, "error": t.error} for s, t in timings.items()}
+                str(lane): {s: {k: (getattr(t, k).to_json() if getattr(t, k) else None)
+                                for k in ("eager", "compiled", "graph", "floor_launch", "floor_read", "floor_copy")}
+                            | {"compile_error": t.compile_error, "error": t.error, "seconds": t.seconds}
+                            for s, t in timings.items()}
                 for lane, timings in self.ref_timings.items()}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
             data["warnings"] = self.errors
@@ -365,6 +369,7 @@ class Runner:
         ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
                           scratch=self.scratch, log_dir=self.logs,
                           device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
+                          turn=ref.turn,
                           poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
         try:
             while True:

@@ -357,9 +357,14 @@ class Worker:
             torch.cuda.synchronize()
 
     def _pin(self, cores: list[int] | None) -> None:
+        """Pinned lanes get one thread per core. Unpinned CPU workers run one thread: they share the host's
+        cores with builds and spare workers, and a call's parallel threads waiting at a barrier for a
+        preempted sibling measured 16 ms instead of 0.45 ms (docs/benchmarks.md)."""
         if cores:
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
+        elif self.device == "cpu":
+            torch.set_num_threads(1)
 
     def _poison_free_memory(self, nbytes: int) -> None:
         """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved

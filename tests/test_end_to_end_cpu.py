@@ -28,6 +28,9 @@ def test_bundled_cpu_solution_is_correct_on_every_shape(bundled):
         assert FIELDS <= set(r)
         assert r["floor_launch_us"] > 0 and r["floor_read_us"] > 0 and r["floor_copy_us"] > 0  # floors per shape
         assert r["copy_ratio"] == pytest.approx(r["time_us"] / r["floor_copy_us"], rel=1e-4)
+        phases = r["phase_seconds"]
+        assert {"checks", "timing", "verify", "judge_clock"} <= set(phases) and min(phases.values()) > 0
+        assert sum(phases.values()) <= r["eval_seconds"] + 1e-3
 
 
 def test_output_files(bundled):
@@ -39,6 +42,8 @@ def test_output_files(bundled):
     assert run["seeds"]["master"] == 1234 and run["seeds"]["given"] is True
     assert len(run["seeds"]["shapes"]["tiny"]["check"]) == 3
     assert run["host"]["torch"] and run["host"]["git_commit"]
+    ref = run["reference_timings"]["0"]["tiny"]
+    assert ref["seconds"] > 0 and ref["floor_copy"]["runs"] > 0 and ref["eager"]["median_us"] > 0
     assert run["config"]["timing"]["budget_s"] == 0.2 and run["complete"] is True
     assert run["calibration"]["0"]["copy_gbps"] > 0
     assert (bundled.out / "logs" / "cpu_cpp.build.log").exists()

@@ -1,0 +1,72 @@
+"""Lanes that share a device take turns on timed commands; other commands overlap."""
+
+import threading
+import time
+
+from harness.reference import DeviceTurn, ReferenceRunner
+
+
+class SlowWorker:
+    active = 0
+    peak = 0
+    guard = threading.Lock()
+
+    def request(self, cmd, timeout, **args):
+        with SlowWorker.guard:
+            SlowWorker.active += 1
+            SlowWorker.peak = max(SlowWorker.peak, SlowWorker.active)
+        time.sleep(0.05)
+        with SlowWorker.guard:
+            SlowWorker.active -= 1
+        return {"ok": True}
+
+
+def peak_concurrency(cmd: str, shared: bool) -> int:
+    SlowWorker.peak = 0
+    turn = DeviceTurn()
+    runners = [ReferenceRunner(SlowWorker(), None, {}, 5.0, turn=turn if shared else None) for _ in range(3)]
+    threads = [threading.Thread(target=r._ask, args=(cmd,)) for r in runners]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return SlowWorker.peak
+
+
+def test_timed_commands_on_one_device_run_one_at_a_time():
+    assert peak_concurrency("time", shared=True) == 1
+    assert peak_concurrency("calibrate", shared=True) == 1
+
+
+def test_untimed_commands_and_separate_devices_overlap():
+    assert peak_concurrency("check", shared=True) == 3
+    assert peak_concurrency("time", shared=False) == 3
+
+
+def process_state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_turn_that_shares_cores_with_builds_pauses_them():
+    import subprocess
+    import sys
+
+    from harness import build
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"], start_new_session=True)
+    try:
+        with build._RUNNING_LOCK:
+            build._RUNNING[proc.pid] = "some_build"
+        with DeviceTurn(pause_builds=True)():
+            time.sleep(0.1)
+            assert process_state(proc.pid) == "T"
+        time.sleep(0.1)
+        assert process_state(proc.pid) in "RS"
+        with DeviceTurn(pause_builds=False)():
+            time.sleep(0.1)
+            assert process_state(proc.pid) in "RS"
+    finally:
+        with build._RUNNING_LOCK:
+            build._RUNNING.pop(proc.pid, None)
+        proc.kill()
+        proc.wait()
