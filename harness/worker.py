@@ -30,7 +30,7 @@ import torch
 
 from . import extcache, problem, timing
 from .build_worker import import_candidate
-from .fingerprint import Fingerprinter
+from .fingerprint import OVERWRITTEN, Fingerprinter
 from .seeds import derive
 
 _type = type
@@ -254,7 +254,11 @@ class TimedFeed:
     released. So between two calls of a batch the host only flushes and syncs: a call right after host work
     measured up to ~100 us slower on the H200 (docs/benchmarks.md). The call right after a draw is made and
     verified, not sampled. Work a call leaves running on another stream is still caught when it returns:
-    the host's full sync waits for it, past the last event (`work_outside_timing`)."""
+    the host's full sync waits for it, past the last event (`work_outside_timing`).
+
+    A candidate that returns the same storage from call to call (a reused output buffer) has overwritten
+    the held outputs of its earlier calls: those calls are reported as OVERWRITTEN (the judge does not
+    sample them) and every later call is fingerprinted, then poisoned, right after it returns."""
 
     def __init__(self, worker: Worker, base_seed: int, projection: bool | None):
         self.w = worker
@@ -267,6 +271,7 @@ class TimedFeed:
         self.calls: dict[int, tuple] = {}
         self.k = 0
         self.out_bytes = 0
+        self.immediate = False
 
     def _batch_size(self) -> int:
         return stock_sets(self.w.device, self.in_bytes + self.out_bytes)
@@ -283,8 +288,17 @@ class TimedFeed:
     def hold(self, i: int, args: list, out: Any) -> None:
         outs = plain_outputs(out)
         self.out_bytes = max(self.out_bytes, sum(o.numel() * o.element_size() for o in outs))
-        if self.verify:
-            self.pending.append((i, args, outs))
+        if not self.verify:
+            return
+        mine = {storage_span(o)[0] for o in outs if o.numel()}
+        reused = [p for p in self.pending if any(storage_span(o)[0] in mine for o in p[2] if o.numel())]
+        for p in reused:
+            self.calls[p[0]] = OVERWRITTEN
+            self.pending.remove(p)
+        self.immediate = self.immediate or bool(reused)
+        self.pending.append((i, args, outs))
+        if self.immediate:
+            self.settle()
 
     def settle(self) -> None:
         fp = self.w.fp
@@ -564,9 +578,10 @@ class Worker:
         return after, on_call, calls
 
     @staticmethod
-    def _calls_json(calls: dict[int, tuple]) -> dict[str, list]:
-        return {str(i): [fps.tolist(), projs.tolist() if projs is not None else None,
-                         ins.tolist() if ins is not None else []] for i, (fps, projs, ins) in calls.items()}
+    def _calls_json(calls: dict[int, tuple | str]) -> dict[str, list | str]:
+        return {str(i): c if c == OVERWRITTEN else
+                [c[0].tolist(), c[1].tolist() if c[1] is not None else None, c[2].tolist() if c[2] is not None else []]
+                for i, c in calls.items()}
 
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
                  compiled: bool = False, floor: str | None = None, floor_bytes: int = 0) -> dict:

@@ -84,3 +84,23 @@ def test_run_loop_samples_only_counted_calls_and_reports_the_rest():
                                          lambda i, o, e: seen.append(i), settings)
     assert [s.device_us for s in samples] == [3.0, 4.0, 6.0, 7.0, 9.0, 10.0]
     assert unsampled == len(seen) - len(samples) == 4  # warm-up calls 0 and 1, skipped calls 4 and 7
+
+
+def test_a_reused_output_buffer_switches_to_fingerprinting_each_call_as_it_returns():
+    from harness.fingerprint import OVERWRITTEN
+
+    w = fake_worker([])
+    feed = TimedFeed(w, BASE, projection=False)
+    buf = torch.empty(8)
+    expect = {}
+    for i in range(6):
+        args, _ = feed.take(i)
+        buf.copy_(args[0] * 2)
+        expect[i] = w.fp.exact(args[0] * 2).item()
+        feed.hold(i, args, buf)
+        if i >= 2:
+            assert torch.isnan(buf).all()  # fingerprinted and poisoned as soon as it returned
+    feed.settle()
+    assert feed.calls[1] == OVERWRITTEN  # held when call 2 rewrote the same storage
+    for i in (0, 2, 3, 4, 5):
+        assert feed.calls[i][0].tolist() == [expect[i]], i
