@@ -364,7 +364,7 @@ class Runner:
                 return None
             return w
 
-        spares = SparePool(make_spare)
+        spares = SparePool(make_spare, size=1 if cores is None else SPARE_WORKERS)
         spares.prime()
         ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
                           scratch=self.scratch, log_dir=self.logs,
@@ -392,6 +392,9 @@ class Runner:
                         self.evaluating.discard(cand.name)
         finally:
             spares.close()
+
+
+SPARE_WORKERS = 3  # per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing
 
 
 class Gate:

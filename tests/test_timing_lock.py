@@ -70,3 +70,32 @@ def test_a_turn_that_shares_cores_with_builds_pauses_them():
             build._RUNNING.pop(proc.pid, None)
         proc.kill()
         proc.wait()
+
+
+def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
+    from harness.evaluate import SparePool
+
+    class Fake:
+        closed = 0
+
+        def close(self):
+            Fake.closed += 1
+
+    starts: list[float] = []
+
+    def make():
+        starts.append(time.monotonic())
+        time.sleep(0.2)
+        return Fake()
+
+    pool = SparePool(make, size=3)
+    t0 = time.monotonic()
+    pool.prime()
+    first = pool.take()
+    assert isinstance(first, Fake) and len(starts) == 4  # three primed at once, a fourth started on take
+    assert max(starts[:3]) - t0 < 0.1  # in parallel, not one after another
+    pool.take()
+    pool.take()
+    assert time.monotonic() - t0 < 0.35  # the second and third were ready: no second wait of 0.2 s
+    pool.close()
+    assert Fake.closed == 3 and len(starts) == 6
