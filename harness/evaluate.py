@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import verdict
@@ -23,7 +23,7 @@ from .check import compare_outputs, fingerprint_matches, read_output_file, same_
 from .config import Shape
 from .fingerprint import OVERWRITTEN
 from .records import Record
-from .reference import TIMED_COMMANDS, DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
+from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
 from .stats import summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
@@ -59,11 +59,7 @@ class LaneContext:
     cores: list[int] | None = None
     poison_bytes: int = 0
     gate: object = None
-    turn: DeviceTurn | None = None
-
-    def timing(self):
-        """Held around every timed command (DeviceTurn)."""
-        return self.turn() if self.turn is not None else contextlib.nullcontext()
+    turn: DeviceTurn = field(default_factory=DeviceTurn)
 
 
 class SparePool:
@@ -139,7 +135,7 @@ class CandidateEvaluation:
 
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
         assert self.worker is not None
-        with self.lane.gate.shared(), (self.lane.timing() if cmd in TIMED_COMMANDS else contextlib.nullcontext()):
+        with self.lane.gate.shared(), self.lane.turn.around(cmd):
             reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
@@ -325,7 +321,7 @@ class CandidateEvaluation:
         """Per-call time on the judge's clock: the fastest call round trip less the fastest no-op one.
         Before a mismatch can accuse a candidate it is measured again with every build paused (freeze):
         on a busy host the judge's wake-ups alone can add milliseconds to every round."""
-        with self.lane.gate.shared(), self.lane.timing(), (builds_frozen() if freeze else contextlib.nullcontext()):
+        with self.lane.gate.shared(), self.lane.turn(), (builds_frozen() if freeze else contextlib.nullcontext()):
             calls, noops = judge_timed(self.worker, seed, rounds, deadline - time.monotonic())
         return max(min(calls) - min(noops), 0.0) if calls and noops else None
 

@@ -96,6 +96,10 @@ class DeviceTurn:
         with self.lock, (builds_frozen() if self.pause_builds else contextlib.nullcontext()):
             yield
 
+    def around(self, cmd: str):
+        """The turn for a timed worker command; nothing for the others."""
+        return self() if cmd in TIMED_COMMANDS else contextlib.nullcontext()
+
 
 class ReferenceRunner:
     """Drives one lane's reference worker; timed commands take the device's turn."""
@@ -110,7 +114,7 @@ class ReferenceRunner:
         self.turn = turn or DeviceTurn()
 
     def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
-        with self.turn() if cmd in TIMED_COMMANDS else contextlib.nullcontext():
+        with self.turn.around(cmd):
             reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
         if not reply.get("ok"):
             raise RuntimeError(reply.get("message", f"reference {cmd} failed"))

@@ -267,7 +267,7 @@ class TimedFeed:
         self.projection = bool(projection)
         self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0))}
         self.in_bytes = tensor_bytes(self.sets[0])
-        self.pending: list[tuple[int, list, list[torch.Tensor]]] = []
+        self.pending: list[tuple[int, list, list[torch.Tensor], set[int]]] = []  # call, inputs, outputs, storages
         self.calls: dict[int, tuple] = {}
         self.k = 0
         self.out_bytes = 0
@@ -287,22 +287,22 @@ class TimedFeed:
 
     def hold(self, i: int, args: list, out: Any) -> None:
         outs = plain_outputs(out)
-        self.out_bytes = max(self.out_bytes, sum(o.numel() * o.element_size() for o in outs))
+        self.out_bytes = max(self.out_bytes, tensor_bytes(outs))
         if not self.verify:
             return
         mine = {storage_span(o)[0] for o in outs if o.numel()}
-        reused = [p for p in self.pending if any(storage_span(o)[0] in mine for o in p[2] if o.numel())]
+        reused = [p for p in self.pending if p[3] & mine]
         for p in reused:
             self.calls[p[0]] = OVERWRITTEN
             self.pending.remove(p)
         self.immediate = self.immediate or bool(reused)
-        self.pending.append((i, args, outs))
+        self.pending.append((i, args, outs, mine))
         if self.immediate:
             self.settle()
 
     def settle(self) -> None:
         fp = self.w.fp
-        for i, args, outs in self.pending:
+        for i, args, outs, _ in self.pending:
             ins = [x for x in args if isinstance(x, torch.Tensor)]
             fps = torch.stack([fp.exact(o) for o in outs])
             projs = torch.stack([fp.projection(o) for o in outs]) if self.projection else None
@@ -528,22 +528,18 @@ class Worker:
         return {storage_span(r())[0] for r in self.returned if r().numel()}
 
     # -- timing ------------------------------------------------------------------------------
-    def _refill_step(self, base_seed: int, bufs: list):
-        """For graph replays and the judge's clock, which need fixed buffers: refill(i) copies seed
-        derive(base_seed, i)'s inputs into them and says whether call i may be sampled. Sets are drawn up to
-        STOCK_SETS at a time, each used once; the call right after a draw is not sampled (TimedFeed)."""
+    def _fixed_buffers(self, base_seed: int) -> tuple[list, Any]:
+        """For graph replays and the judge's clock, which need fixed buffers: call 0's inputs, and refill(i),
+        which copies call i's inputs (drawn in batches by TimedFeed, each used once) into them and says
+        whether call i may be sampled."""
+        feed = TimedFeed(self, base_seed, None)
+        bufs, _ = feed.take(0)
         tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
-        k = stock_sets(self.device, tensor_bytes(bufs))
-        stock: dict[int, list] = {}
 
         def refill(i: int) -> bool:
             if i == 0:
                 return True
-            fresh = i not in stock
-            if fresh:
-                stock.clear()
-                stock.update((j, self.inputs(derive(base_seed, j))) for j in range(i, i + k))
-            new = stock.pop(i)
+            new, counted = feed.take(i)
             for j, x in enumerate(new):
                 if j in tensor_idx:
                     if x.shape != bufs[j].shape or x.dtype != bufs[j].dtype:
@@ -552,9 +548,9 @@ class Worker:
                     bufs[j].copy_(x)
                 else:
                     bufs[j] = x
-            return k == 1 or not fresh
+            return counted
 
-        return refill
+        return bufs, refill
 
     def _verifier(self, bufs: list, projection: bool):
         """For graph replays, which rewrite one output: fingerprints of every call's output and inputs right
@@ -617,8 +613,7 @@ class Worker:
         """Device time without launch gaps: capture one call in a CUDA graph and time its replays."""
         if self.device != "cuda":
             return {"graph_ok": False, "message": "graphs need CUDA"}
-        bufs = self.inputs(derive(base_seed, 0))
-        refill = self._refill_step(base_seed, bufs)
+        bufs, refill = self._fixed_buffers(base_seed)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -648,8 +643,7 @@ class Worker:
 
     def cmd_judge_timed(self, frames, base_seed: int, rounds: int) -> dict:
         """Calls the judge times with its own clock: ready -> go -> call + full sync -> done."""
-        bufs = self.inputs(derive(base_seed, 0))
-        refill = self._refill_step(base_seed, bufs)
+        bufs, refill = self._fixed_buffers(base_seed)
         for k in range(rounds):
             refill(k)
             self.clock.flush()
