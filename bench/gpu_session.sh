@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session on the GPU machine, from the repo root: each step's log lands in $OUT.
 #   DEADLINE=570 bash bench/gpu_session.sh info build eval cache tests runs
+# ABLATIONS names the bench/variants.py ablations to build and time (default: all).
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past
 # DEADLINE seconds after the start (the device tool's limit is 600 s a command).
 set -u
@@ -18,14 +19,27 @@ for step in "$@"; do
   if [ "$t" -lt 15 ]; then log "skip $step (deadline)"; continue; fi
   log "start $step (${t}s left)"
   case "$step" in
+    clocklog)
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,pstate --format=csv -lms 250 \
+        > "$OUT/clocks.csv" 2>&1 &
+      ;;
+    probe)
+      timeout "$t" $PY bench/clock_probe.py ${PROBE_ARGS:-} > "$OUT/probe.log" 2>&1 ;;
+    tests_variants)
+      for v in ${VARIANT_TESTS:-}; do
+        t=$(left)
+        KBH_KERNEL="$v" timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu/test_fast_kernel.py \
+          > "$OUT/gpu_tests_$(basename "$v" .py).log" 2>&1
+        log "tests on $v rc=$?"
+      done ;;
     info)
       { nvidia-smi; $PY -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nproc; free -g; df -h /dev/shm /tmp .; } >> "$OUT/session.log" 2>&1 ;;
     build)
-      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      rm -rf .cache/ablations; $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-build \
         --solution $ALL_CUDA .cache/ablations > "$OUT/build.log" 2>&1 ;;
     explore)
-      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      rm -rf .cache/ablations; $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-explore \
         --solution solutions/pack_tokens/fast_vec16.py .cache/ablations > "$OUT/explore.log" 2>&1
       t=$(left)
@@ -38,8 +52,8 @@ for step in "$@"; do
     tests_harness)
       timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu/test_gpu_harness.py ${TESTS_ARGS:-} > "$OUT/gpu_tests_harness.log" 2>&1 ;;
     eval)
-      rm -rf results/gpu-bundled
-      $PY bench/variants.py .cache/ablations --ablations > /dev/null
+      rm -rf results/gpu-bundled .cache/ablations
+      $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled \
         --solution ${EVAL_SOLUTIONS:-solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py .cache/ablations} \
         ${EVAL_ARGS:-} > "$OUT/eval.log" 2>&1
@@ -62,3 +76,4 @@ for step in "$@"; do
   log "end $step rc=$?"
 done
 ls -la "$OUT" >> "$OUT/session.log"
+jobs -p | xargs -r kill 2>/dev/null; true

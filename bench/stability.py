@@ -71,6 +71,9 @@ def main() -> None:
                                  *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(base / f"run{i}"))
         device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
         for r in records(out):
+            print(f"  {r['shape']}: {r['status']}, time {r.get('time_us')} us, reference {r.get('ref_time_us')} us, "
+                  f"floors launch {r.get('floor_launch_us')} read {r.get('floor_read_us')} copy {r.get('floor_copy_us')} "
+                  f"us, speedup {r.get('speedup')}", flush=True)
             d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": []})
             if r["status"] == "correct":
                 d["speedup"].append(r["speedup"])

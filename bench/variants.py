@@ -1,11 +1,11 @@
 """Generate honest variants of the fast pack-tokens kernel, one candidate file each.
 
-The grid (block size x vector width x unroll) gives the 16 distinct candidates of bench/throughput.py;
+The grid (block size x vector width x vectors per thread) gives the 16 distinct candidates of bench/throughput.py;
 the ablations (row count read first, whole output zero-filled first, contract checked in Python, plain
 stores, a persistent grid, other unroll and block sizes) are the measured alternatives in the solution's
 design note (bench/kernel_time.py, bench/roofline.py).
 
-    python bench/variants.py OUT_DIR [--grid] [--ablations]
+    python bench/variants.py OUT_DIR [--grid] [--ablations [NAME ...]]
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ import re
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "solutions" / "pack_tokens" / "fast_vec16.py"
-GRID = {"THREADS": (128, 256), "MAX_VEC": (8, 16), "UNROLL": (1, 2, 4, 8)}
+GRID = {"THREADS": (128, 256), "MAX_VEC": (8, 16), "FLAT_ITEMS": (1, 2, 4, 8)}
 ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZERO_FILL_FIRST": 1},
              "check_in_python": {"CHECK_IN_PYTHON": 1}, "plain_stores": {"STREAM_STORES": 0},
-             "persistent_grid": {"BLOCKS_PER_SM": 8}, "unroll_4": {"UNROLL": 4}, "unroll_8": {"UNROLL": 8},
-             "threads_128": {"THREADS": 128}, "threads_512": {"THREADS": 512}, "count_by_copy": {"COUNT_BY_KERNEL": 0},
-             "no_prefetch": {"PREFETCH_NEXT": 0}}
+             "count_by_copy": {"COUNT_BY_KERNEL": 0}, "threads_128": {"THREADS": 128}, "items_4": {"FLAT_ITEMS": 4},
+             "threads_128_items_4": {"THREADS": 128, "FLAT_ITEMS": 4},
+             # the row-group kernel (FLAT 0), the default before the fourth session, and its own alternatives
+             "rows": {"FLAT": 0}, "rows_threads_128": {"FLAT": 0, "THREADS": 128},
+             "rows_persistent_grid": {"FLAT": 0, "BLOCKS_PER_SM": 8}, "rows_unroll_4": {"FLAT": 0, "UNROLL": 4},
+             "rows_unroll_8": {"FLAT": 0, "UNROLL": 8}, "rows_threads_512": {"FLAT": 0, "THREADS": 512},
+             "rows_no_prefetch": {"FLAT": 0, "PREFETCH_NEXT": 0}}
 
 
 def render(settings: dict[str, int]) -> str:
@@ -36,7 +40,7 @@ def render(settings: dict[str, int]) -> str:
 def grid_variants() -> dict[str, dict[str, int]]:
     out = {}
     for t, v, u in itertools.product(*GRID.values()):
-        out[f"fast_t{t}_v{v}_u{u}"] = {"THREADS": t, "MAX_VEC": v, "UNROLL": u}
+        out[f"fast_t{t}_v{v}_i{u}"] = {"THREADS": t, "MAX_VEC": v, "FLAT_ITEMS": u}
     return out
 
 
@@ -53,14 +57,18 @@ def write(out_dir: Path, variants: dict[str, dict[str, int]]) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--grid", action="store_true", help="the 16 block x vector x unroll variants")
-    ap.add_argument("--ablations", action="store_true", help="the design-note ablations")
+    ap.add_argument("--grid", action="store_true", help="the 16 block x vector x items variants")
+    ap.add_argument("--ablations", nargs="*", default=None, metavar="NAME",
+                    help="the design-note ablations (all, or those named)")
     args = ap.parse_args()
     variants = {}
     if args.grid:
         variants.update(grid_variants())
-    if args.ablations:
-        variants.update({f"fast_{k}": v for k, v in ABLATIONS.items()})
+    if args.ablations is not None:
+        unknown = sorted(set(args.ablations) - set(ABLATIONS))
+        if unknown:
+            ap.error(f"unknown ablation {unknown[0]!r}; known: {', '.join(ABLATIONS)}")
+        variants.update({f"fast_{k}": v for k, v in ABLATIONS.items() if not args.ablations or k in args.ablations})
     for p in write(args.out_dir, variants):
         print(p)
 

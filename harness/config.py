@@ -53,6 +53,7 @@ class TimingSettings:
     speedup_metric: str = "time_us"
     compile_reference: bool = True
     graph: bool = True
+    rounds: int = 5
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def load_config(path: str | Path) -> Config:
 
     tim = top.sub("timing")
     tim.only(("target_rse", "warmup_ms", "min_runs", "max_runs", "budget_s", "speedup_metric",
-              "compile_reference", "graph"))
+              "compile_reference", "graph", "rounds"))
     timing = TimingSettings(
         target_rse=tim.number("target_rse", 0.005, 0.0, 1.0, lo_open=True),
         warmup_ms=tim.number("warmup_ms", 25.0, 0.0),
@@ -230,6 +231,7 @@ def load_config(path: str | Path) -> Config:
         speedup_metric=tim.choice("speedup_metric", "time_us", SPEEDUP_METRICS),
         compile_reference=tim.boolean("compile_reference", True),
         graph=tim.boolean("graph", True),
+        rounds=tim.integer("rounds", 5, 1),
     )
     if timing.max_runs < timing.min_runs:
         tim.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)

@@ -25,7 +25,7 @@ from .fingerprint import OVERWRITTEN
 from .records import Record
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
-from .stats import summarize
+from .stats import paired_speedup, summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
 from .workers import WorkerGone, WorkerHandle, judge_timed
 
@@ -247,24 +247,55 @@ class CandidateEvaluation:
         ev.checks.append(outcome)
         return outcome
 
-    def _verify_timed(self, shape: Shape, base: int, calls: dict, n_calls: int, projection: bool,
+    def _verify_timed(self, shape: Shape, batches: list[tuple[int, dict, int]], projection: bool,
                       tols) -> list[TimedVerification]:
-        eligible = [i for i in range(n_calls) if calls.get(str(i)) != OVERWRITTEN]
+        """Fingerprint a random sample of the timed calls of every batch (base seed, calls, call count),
+        numbered across batches, against the reference's answers for the same inputs."""
+        eligible = [(b, i) for b, (_, calls, n) in enumerate(batches) for i in range(n) if calls.get(str(i)) != OVERWRITTEN]
         k = min(self.plan.config.check.verify_timed, len(eligible))
         sample = sorted(secrets.SystemRandom().sample(eligible, k))
-        seeds = {i: derive(base, i) for i in sample}
+        seeds = {(b, i): derive(batches[b][0], i) for b, i in sample}
         fps = self.lane.ref.fingerprints(self.lane.store, shape, list(seeds.values()), projection)
+        offsets = [sum(n for _, _, n in batches[:b]) for b in range(len(batches))]
         out = []
-        for i in sample:
+        for b, i in sample:
+            base, calls, _ = batches[b]
             mine = calls.get(str(i))
-            want = fps[seeds[i]]
+            want = fps[seeds[(b, i)]]
             if not isinstance(mine, list) or len(mine) != 3:
-                out.append(TimedVerification(i, seeds[i], ok=False))
+                out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=False))
                 continue
             ok = fingerprint_matches(want, mine, tols)
             replay = not ok and self._replayed(shape, base, calls, i, mine[0], projection)
-            out.append(TimedVerification(i, seeds[i], ok=ok, replay=replay, input_mutated=mine[2] != want[2]))
+            out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=ok, replay=replay,
+                                         input_mutated=mine[2] != want[2]))
         return out
+
+    def _timed_rounds(self, shape: Shape, ev: Evidence, projection: bool, deadline: float) -> list[tuple[int, dict]]:
+        """The candidate's timed calls in `timing.rounds` rounds, each followed by a short timing of the eager
+        reference on the same device: speedups pair times taken within a second of each other
+        (stats.paired_speedup). Returns each round's base seed and reply."""
+        plan = self.plan
+        n = plan.config.timing.rounds
+        base = plan.time_seed(shape.name)
+        pair = n > 1 and self.lane.timings.get(shape.name, RefTiming()).eager is not None
+        batches, rounds = [], []
+        for k in range(n):
+            base_k = base if k == 0 else derive(base, "round", k)
+            loop = round_loop(loop_settings(plan), k, n)
+            r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
+            batches.append((base_k, r))
+            if pair:
+                try:
+                    ref_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
+                                                      dict(loop, budget_s=loop["budget_s"] / 2))
+                except (RuntimeError, WorkerGone):
+                    pair = False
+                    rounds = []
+                    continue
+                rounds.append((ref_us, list(r["device_us"])))
+        ev.rounds = rounds
+        return batches
 
     def _replayed(self, shape: Shape, base: int, calls: dict, i: int, got: list, projection: bool) -> bool:
         """A wrong timed output that is the right answer for another input the candidate has seen (a check
@@ -289,22 +320,24 @@ class CandidateEvaluation:
         dtypes = ref.out_dtypes()
         tols = [self._tol_for(d) for d in dtypes]
         projection = not all(t.exact for t in tols)
-        base = plan.time_seed(shape.name)
         with self._phase("timing"):
-            r = self._ask("time", deadline, base_seed=base, loop=loop_settings(plan), verify=True, projection=projection)
-        dev, host, span = r["device_us"], r["host_us"], r["span_us"]
+            batches = self._timed_rounds(shape, ev, projection, deadline)
+        replies = [r for _, r in batches]
+        dev = [x for r in replies for x in r["device_us"]]
+        host = [x for r in replies for x in r["host_us"]]
+        span = [x for r in replies for x in r["span_us"]]
         if not dev:
             raise CandidateFailure("timing returned no samples")
         ev.timing = summarize(dev)
         if plan.device == "cuda":
             ev.host_gap_us = statistics.median(h - s for h, s in zip(host, span))
             ev.device_exceeds_host = statistics.median(dev) > 1.05 * statistics.median(host) + 5.0
-        threads = r.get("threads") or [0, 0]
-        ev.timing_thread_growth = threads[1] > threads[0]
-        ev.timing_py_threads = list(r.get("extra_py_threads") or [])
-        n_calls = int(r.get("unsampled", 0)) + len(dev)
+        ev.timing_thread_growth = any((r.get("threads") or [0, 0])[1] > (r.get("threads") or [0, 0])[0]
+                                      for r in replies)
+        ev.timing_py_threads = sorted({t for r in replies for t in (r.get("extra_py_threads") or [])})
         with self._phase("verify"):
-            ev.timed = self._verify_timed(shape, base, r.get("calls") or {}, n_calls, projection, tols)
+            ev.timed = self._verify_timed(shape, [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"]))
+                                                  for base, r in batches], projection, tols)
             self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
         with self._phase("judge_clock"):
             ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
@@ -343,13 +376,23 @@ class CandidateEvaluation:
             self._discard()  # a failed capture leaves torch's CUDA RNG unusable in that process
             return
         n = int(g.get("unsampled", 0)) + len(g["device_us"])
-        checks = self._verify_timed(shape, base, g.get("calls") or {}, n, projection, tols)
+        checks = self._verify_timed(shape, [(base, g.get("calls") or {}, n)], projection, tols)
         if all(c.ok for c in checks):
             ev.graph = summarize(g["device_us"])
         else:
             ev.graph_message = "graph replays gave wrong outputs (work outside the captured stream?)"
 
     # -- record ------------------------------------------------------------------------------
+    @staticmethod
+    def _speedup_compile(paired: float | None, ref_t: RefTiming, t) -> float | None:
+        """Against torch.compile: chained through the paired eager speedup where there is one (the compiled
+        and eager references were timed back to back by the lane), else compiled median / candidate median."""
+        if ref_t.compiled is None or t is None:
+            return None
+        if paired is not None and ref_t.eager is not None:
+            return paired * ref_t.eager.median_us / ref_t.compiled.median_us
+        return ref_t.compiled.median_us / t.median_us
+
     def _record(self, shape: Shape, ev: Evidence, ref, ref_t: RefTiming, seconds: float) -> Record:
         d = verdict.decide(ev)
         correct = d.status == "correct"
@@ -360,6 +403,9 @@ class CandidateEvaluation:
         ref_eager = ref_t.eager.median_us if ref_t.eager else None
         ref_metric = (ref_t.graph.median_us if ref_t.graph else None) if metric == "gpu_time_us" else ref_eager
         ref_compiled = ref_t.compiled.median_us if ref_t.compiled else None
+        paired = paired_speedup(ev.rounds) if metric == "time_us" and correct else None
+        if ev.rounds:
+            ref_eager = summarize([x for ref_us, _ in ev.rounds for x in ref_us]).median_us
         cmps = [c.comparison for c in ev.checks]
         max_abs = max((c.max_abs_err for c in cmps if c.max_abs_err is not None), default=None)
         max_rel = max((c.max_rel_err for c in cmps if c.max_rel_err is not None), default=None)
@@ -367,8 +413,10 @@ class CandidateEvaluation:
         copy = self.lane.calibration.copy_gbps if self.lane.calibration else None
         return Record(
             solution=self.cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
-            speedup=(ref_metric / cand_time) if correct and ref_metric and cand_time else None,
-            speedup_compile=(ref_compiled / t.median_us) if correct and ref_compiled and t else None,
+            speedup=paired if paired is not None else (
+                (ref_metric / cand_time) if correct and ref_metric and cand_time else None),
+            speedup_compile=self._speedup_compile(paired, ref_t, t) if correct else None,
+            speedup_rounds=len(ev.rounds) if paired is not None else None,
             time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
             ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
@@ -385,6 +433,15 @@ class CandidateEvaluation:
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
             log=str(self.log), eval_seconds=seconds, phase_seconds=dict(self.phases),
         )
+
+
+def round_loop(loop: dict, k: int, n: int) -> dict:
+    """Round k of n: a 1/n share of the budget and runs, the same precision overall; only the first round
+    warms up for the full warm-up time (the model is warm after it)."""
+    min_runs = max(5, -(-loop["min_runs"] // n))
+    return dict(loop, budget_s=loop["budget_s"] / n, min_runs=min_runs, max_runs=max(min_runs, -(-loop["max_runs"] // n)),
+                target_rse=loop["target_rse"] * n ** 0.5,
+                warmup_ms=loop["warmup_ms"] if k == 0 else min(loop["warmup_ms"], 5.0))
 
 
 def loop_settings(plan) -> dict:

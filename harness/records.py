@@ -22,6 +22,7 @@ class Record:
     status: str
     speedup: float | None = None
     speedup_compile: float | None = None
+    speedup_rounds: int | None = None
     time_us: float | None = None
     gpu_time_us: float | None = None
     ref_time_us: float | None = None

@@ -204,6 +204,12 @@ class ReferenceRunner:
                 t.error = f"graph: {e}"
         return t
 
+    def time_round(self, shape: Shape, base_seed: int, loop: dict) -> list[float]:
+        """One short eager timing, for a round paired with a candidate's (stats.paired_speedup)."""
+        with self.lock:
+            self._setup(shape, False)
+            return list(self._ask("time", base_seed=base_seed, loop=loop, verify=False)["device_us"])
+
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
         if missing:

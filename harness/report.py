@@ -63,7 +63,8 @@ def caption(device: str, device_name: str, metric: str) -> str:
     how = ("CUDA events around each call, L2 flushed before each" if device == "cuda"
            else "monotonic host clock around each call, caches flushed before each")
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
-            f"speedup: reference eager median / candidate median ({metric}); vs compile: torch.compile reference. "
+            f"speedup: reference eager median / candidate median ({metric}), the median over rounds timed in "
+            "turn where speedup_rounds says so; vs compile: torch.compile reference. "
             "x copy: time_us / a copy of the same bytes timed the same way (floor_copy_us).")
 
 

@@ -62,6 +62,19 @@ def converged(times_us: Sequence[float], target_rse: float, min_runs: int) -> bo
     return len(times_us) >= min_runs and rse(times_us) <= target_rse
 
 
+def paired_speedup(rounds: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float | None:
+    """Median over rounds of (reference median / candidate median), each pair timed back to back: a host
+    that slows both for a while (seen on the H200 host: every host-bound time x1.8 for seconds) moves
+    the pair together, so the ratio holds where the two pooled medians would not."""
+    ratios = []
+    for ref, cand in rounds:
+        if ref and cand:
+            c = quantile(sorted(cand), 0.5)
+            if c > 0:
+                ratios.append(quantile(sorted(ref), 0.5) / c)
+    return quantile(sorted(ratios), 0.5) if ratios else None
+
+
 def geomean(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     if not vals:

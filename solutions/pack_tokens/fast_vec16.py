@@ -5,8 +5,9 @@ What limits it: packing is pure data movement, so the floor is a device-to-devic
 the row count the output's shape needs on the host.
 
 Design (each alternative is a constant below; `bench/kernel_time.py` times them against a copy of the
-same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third session, H200):
-- Every output byte is written once: token rows by `scatter_rows`, rows no token lands in (capacity
+same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third and fourth
+sessions, H200):
+- Every output byte is written once: token rows by `scatter_flat`, rows no token lands in (capacity
   padding, empty experts) by `zero_unwritten`. Zero-filling the whole output first (the original
   kernel's way, ZERO_FILL_FIRST) cost +36 to +57 us on the large shapes.
 - Which rows were written: the scatter records owner[dest] = token. The map is never cleared (no memset
@@ -20,12 +21,18 @@ same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, t
   capacity (tokens + 16 per expert); a larger count (never for the bundled shapes) falls back to an
   exact buffer and a second pass.
 - Rows move in the widest vector the row size and both base addresses allow: 16 bytes when row bytes
-  % 16 == 0, else 8, 4, 2 or 1 (a 130-float row moves as 8-byte vectors, never misaligned). A group of
-  32..THREADS threads owns a row, UNROLL loads in flight per thread; the next row's indices are loaded
-  while this row's data is in flight (PREFETCH_NEXT; no measurable effect, kept). Measured alternatives:
-  128-thread blocks 4 us faster at wide and equal elsewhere (not yet the default: the GPU tests ran on
-  256); UNROLL 4 within 1.5 us, 8 worse by 2-4 us on bfloat16; a persistent grid (8 blocks per SM) 5-9 us
-  slower; plain stores instead of streaming ones within 1 us.
+  % 16 == 0, else 8, 4, 2 or 1 (a 130-float row moves as 8-byte vectors, never misaligned).
+- FLAT (the default since the fourth session): the token rows are one contiguous array of vectors, as in a
+  copy kernel; each thread loads FLAT_ITEMS = 8 vectors (THREADS apart) before it looks up any
+  destination, so the index loads overlap the data in flight. Against the row-group kernel (FLAT 0: a
+  group of 32..THREADS threads per row, UNROLL loads in flight, the next row's indices prefetched), busy
+  GPU, one process: wide 147.8 against 152.3 us (copy 132.0), mixtral 78.8 against 81.1 (copy 69.9),
+  deepseek 77.8 against 79.4 (copy 68.6), seed equal (17.6); 4 vectors per thread 0.3-1.8 us slower, 128-thread
+  blocks 0.3-1.3 us slower. Through the harness, same run, paired speedups: seed 3.09x against
+  2.92x, deepseek 3.99x against 3.75x, wide and mixtral within 1%. For the row-group kernel (third
+  session): 128-thread blocks 4 us faster at wide only; UNROLL 4 within 1.5 us, 8 worse by 2-4 us on
+  bfloat16; a persistent grid (8 blocks per SM) 5-9 us slower; plain stores instead of streaming ones
+  within 1 us; the prefetch no measurable effect.
 - Host path: the contract is checked in C++ before any launch; also checking it in Python
   (CHECK_IN_PYTHON) cost up to 4 us. SM count cached; pinned slot and event made once per thread.
   Together with the two items above, this version is 13-15 us faster than the previous one at seed and
@@ -36,9 +43,10 @@ same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, t
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200 (docs/benchmarks.md): seed 30.4 us = 1.14x the loop's read-and-launch
-floor (target 1.3x: met); deepseek 1.06x a copy of the same bytes (met); mixtral 1.18x and wide 1.21x
-(target 1.10x: missed); wide 2.4x eager (target 3x: missed).
+Measured with the harness on the H200 (docs/benchmarks.md, fourth session): time / a copy of the same
+bytes 1.10x at wide, 1.17x mixtral, 1.25x deepseek (the host was in a slow phase for that record: the
+row-group kernel measured 1.17x there in the same run, though its paired speedup was lower); seed 45.8
+us against a read-and-launch floor of 41.7 us (target 1.3x: met); 2.6x eager at wide (target 3x: missed).
 """
 
 import torch
@@ -54,6 +62,8 @@ COUNT_BY_KERNEL = 1  # 1: the scatter writes the row count to mapped host memory
 CHECK_IN_PYTHON = 0  # ablation: check the contract in Python too, before the call (the first session's way)
 SYNC_READ_FIRST = 0  # ablation: read the row count before launching (a host round trip in front of the kernels)
 ZERO_FILL_FIRST = 0  # ablation: zero the whole output first, then scatter (the original kernel's extra pass)
+FLAT = 1  # 1: token rows moved as one flat array of vectors, as a copy kernel would; 0: a group of threads per row
+FLAT_ITEMS = 8  # FLAT: vectors per thread, all loaded before any destination is looked up
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -73,6 +83,8 @@ cuda_source = r"""
 #define COUNT_BY_KERNEL KBH_COUNT_BY_KERNEL
 #define SYNC_READ_FIRST KBH_SYNC_READ_FIRST
 #define ZERO_FILL_FIRST KBH_ZERO_FILL_FIRST
+#define FLAT KBH_FLAT
+#define FLAT_ITEMS KBH_FLAT_ITEMS
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -146,6 +158,55 @@ __global__ void __launch_bounds__(THREADS) scatter_rows(
         if (!fetched && next < num_tokens) next_dest = dest_of(next, expert_idx, slot_idx, offsets, num_experts, limit);
         t = next;
         dest = next_dest;
+    }
+}
+
+// The token rows as one contiguous array of vectors, cut into chunks of THREADS * FLAT_ITEMS: each thread
+// loads its FLAT_ITEMS vectors (THREADS apart) before it looks up any destination, so the index loads
+// overlap the data in flight, as in a copy kernel. The thread holding a row's first vector marks the row.
+template <typename V>
+__global__ void __launch_bounds__(THREADS) scatter_flat(
+        const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* __restrict__ owner,
+        volatile int* count_out, int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs) {
+    const int total = __ldg(offsets + num_experts);
+    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        *count_out = total;
+        __threadfence_system();
+    }
+    const int64_t limit = min(capacity, (int64_t)total);
+    const int64_t all = num_tokens * row_vecs;
+    constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
+    const unsigned rv = (unsigned)row_vecs;
+    for (int64_t c0 = (int64_t)blockIdx.x * CHUNK; c0 < all; c0 += (int64_t)gridDim.x * CHUNK) {
+        const int64_t row0 = c0 / row_vecs;
+        const unsigned base = (unsigned)(c0 - row0 * row_vecs) + threadIdx.x;
+        V v[FLAT_ITEMS];
+        int64_t row[FLAT_ITEMS];
+        unsigned col[FLAT_ITEMS];
+        int e[FLAT_ITEMS], s[FLAT_ITEMS];
+#pragma unroll
+        for (int u = 0; u < FLAT_ITEMS; ++u) {
+            if (c0 + u * THREADS + threadIdx.x < all) v[u] = __ldg(src + c0 + u * THREADS + threadIdx.x);
+        }
+#pragma unroll
+        for (int u = 0; u < FLAT_ITEMS; ++u) {
+            const unsigned k = base + u * THREADS;
+            const unsigned q = k / rv;
+            row[u] = row0 + q;
+            col[u] = k - q * rv;
+            const bool in = row[u] < num_tokens;
+            e[u] = in ? __ldg(expert_idx + row[u]) : -1;
+            s[u] = in ? __ldg(slot_idx + row[u]) : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < FLAT_ITEMS; ++u) {
+            if (e[u] < 0 || e[u] >= num_experts) continue;
+            const int64_t d = (int64_t)__ldg(offsets + e[u]) + (int64_t)s[u];
+            if (d < 0 || d >= limit) continue;
+            store(dst + d * row_vecs + col[u], v[u]);
+            if (col[u] == 0) owner[d] = (int)row[u];
+        }
     }
 }
 
@@ -245,6 +306,17 @@ static void launch_scatter(const torch::Tensor& src, torch::Tensor& dst, const t
                            int* count_out, int64_t capacity, cudaStream_t stream, int sms) {
     const int64_t n = src.size(0);
     const int64_t row_vecs = src.size(1) * src.element_size() / (int64_t)sizeof(V);
+    if (FLAT) {
+        const int64_t chunk = (int64_t)THREADS * FLAT_ITEMS;
+        const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n * row_vecs + chunk - 1) / chunk,
+                                                                       (int64_t)sms * BLOCKS_PER_SM));
+        scatter_flat<V><<<blocks, THREADS, 0, stream>>>(
+            static_cast<const V*>(src.data_ptr()), static_cast<V*>(dst.data_ptr()), e.data_ptr<int>(),
+            s.data_ptr<int>(), off.data_ptr<int>(), owner.data_ptr<int>(), count_out, n, off.numel() - 1,
+            capacity, row_vecs);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        return;
+    }
     const int tpr = threads_per_row(row_vecs);
     const int64_t rows_per_block = THREADS / tpr;
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + rows_per_block - 1) / rows_per_block,
@@ -387,9 +459,10 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
 
 CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_PER_SM": BLOCKS_PER_SM,
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
-             "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST}
+             "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
+             "FLAT_ITEMS": FLAT_ITEMS}
 source = cuda_source
-for key, value in CONSTANTS.items():
+for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))
 
 pack_ext = load_inline(

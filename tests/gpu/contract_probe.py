@@ -21,7 +21,8 @@ CASES = {
 
 
 def main() -> None:
-    module = import_on_this_gpu(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"), sys.argv[1])
+    path = sys.argv[2] if len(sys.argv) > 2 else str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py")
+    module = import_on_this_gpu(path, sys.argv[1])
     kernel = module.ModelNew()
     x = torch.randn(100, 32, device="cuda")
     e = torch.randint(0, 4, (100,), device="cuda", dtype=torch.int32)

@@ -1,6 +1,9 @@
 """The fast pack-tokens kernel (marker gpu): exact against the reference on adversarial routings, dtypes,
-row sizes, padding, single and zero tokens, outputs over 2^31 elements; clear errors outside the contract."""
+row sizes, padding, single and zero tokens, outputs over 2^31 elements; clear errors outside the contract.
 
+KBH_KERNEL=FILE runs the same tests on a variant of the solution (bench/variants.py writes them)."""
+
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ from conftest import REPO
 
 pytestmark = pytest.mark.gpu
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KERNEL = os.environ.get("KBH_KERNEL", str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +23,7 @@ def kernel(build_cache):
     """Import the solution through the harness's build cache (a hit when the bundled run built it)."""
     from harness.build_worker import import_on_this_gpu
 
-    return import_on_this_gpu(str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"), build_cache).ModelNew()
+    return import_on_this_gpu(KERNEL, build_cache).ModelNew()
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +102,8 @@ def test_out_of_range_indices_are_skipped_never_written(kernel):
 
 
 def test_contract_violations_raise_clear_errors(build_cache):
-    probe = subprocess.run([sys.executable, str(Path(__file__).with_name("contract_probe.py")), str(build_cache)],
+    probe = subprocess.run([sys.executable, str(Path(__file__).with_name("contract_probe.py")), str(build_cache),
+                            KERNEL],
                            capture_output=True, text=True, timeout=600)
     lines = probe.stdout
     assert probe.returncode == 0, f"crashed: {lines[-400:]} {probe.stderr[-2000:]}"
