@@ -25,7 +25,7 @@ from .fingerprint import OVERWRITTEN
 from .records import Record
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
-from .stats import paired_speedup, summarize
+from .stats import paired_ratio, summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
 from .workers import WorkerGone, WorkerHandle, judge_timed
 
@@ -272,9 +272,9 @@ class CandidateEvaluation:
         return out
 
     def _timed_rounds(self, shape: Shape, ev: Evidence, projection: bool, deadline: float) -> list[tuple[int, dict]]:
-        """The candidate's timed calls in `timing.rounds` rounds, each followed by a short timing of the eager
-        reference on the same device: speedups pair times taken within a second of each other
-        (stats.paired_speedup). Returns each round's base seed and reply."""
+        """The candidate's timed calls in `timing.rounds` rounds, each followed by short timings (a quarter of
+        the round's budget each) of the eager reference and of the copy floor on the same device: speedups and time over a copy pair times
+        taken within a second of each other (stats.paired_ratio). Returns each round's base seed and reply."""
         plan = self.plan
         n = plan.config.timing.rounds
         base = plan.time_seed(shape.name)
@@ -287,13 +287,13 @@ class CandidateEvaluation:
             batches.append((base_k, r))
             if pair:
                 try:
-                    ref_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
-                                                      dict(loop, budget_s=loop["budget_s"] / 2))
+                    ref_us, copy_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
+                                                               dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
                 except (RuntimeError, WorkerGone):
                     pair = False
                     rounds = []
                     continue
-                rounds.append((ref_us, list(r["device_us"])))
+                rounds.append((ref_us, list(r["device_us"]), copy_us))
         ev.rounds = rounds
         return batches
 
@@ -403,9 +403,15 @@ class CandidateEvaluation:
         ref_eager = ref_t.eager.median_us if ref_t.eager else None
         ref_metric = (ref_t.graph.median_us if ref_t.graph else None) if metric == "gpu_time_us" else ref_eager
         ref_compiled = ref_t.compiled.median_us if ref_t.compiled else None
-        paired = paired_speedup(ev.rounds) if metric == "time_us" and correct else None
+        paired = paired_ratio([(r, c) for r, c, _ in ev.rounds]) if metric == "time_us" and correct else None
+        copy_ratio = paired_ratio([(c, f) for _, c, f in ev.rounds]) if correct else None
+        floor_copy = ref_t.floor_copy.median_us if ref_t.floor_copy else None
         if ev.rounds:
-            ref_eager = summarize([x for ref_us, _ in ev.rounds for x in ref_us]).median_us
+            ref_eager = summarize([x for r, _, _ in ev.rounds for x in r]).median_us
+            copies = [x for _, _, f in ev.rounds for x in f]
+            floor_copy = summarize(copies).median_us if copies else floor_copy
+        if copy_ratio is None and correct and t and floor_copy:
+            copy_ratio = t.median_us / floor_copy
         cmps = [c.comparison for c in ev.checks]
         max_abs = max((c.max_abs_err for c in cmps if c.max_abs_err is not None), default=None)
         max_rel = max((c.max_rel_err for c in cmps if c.max_rel_err is not None), default=None)
@@ -422,8 +428,7 @@ class CandidateEvaluation:
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
             floor_launch_us=ev.floor_launch_us,
             floor_read_us=ref_t.floor_read.median_us if ref_t.floor_read else None,
-            floor_copy_us=ref_t.floor_copy.median_us if ref_t.floor_copy else None,
-            copy_ratio=(t.median_us / ref_t.floor_copy.median_us) if correct and t and ref_t.floor_copy else None,
+            floor_copy_us=floor_copy, copy_ratio=copy_ratio,
             max_abs_err=max_abs, max_rel_err=max_rel,
             first_mismatch=list(d.comparison.first_mismatch) if d.comparison and d.comparison.first_mismatch else None,
             flags=list(d.flags), message=d.message, seed=d.failing_seed,

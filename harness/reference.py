@@ -204,11 +204,15 @@ class ReferenceRunner:
                 t.error = f"graph: {e}"
         return t
 
-    def time_round(self, shape: Shape, base_seed: int, loop: dict) -> list[float]:
-        """One short eager timing, for a round paired with a candidate's (stats.paired_speedup)."""
+    def time_round(self, shape: Shape, base_seed: int, loop: dict, min_bytes: int) -> tuple[list[float], list[float]]:
+        """One short eager timing and one of the copy floor, for a round paired with a candidate's
+        (stats.paired_ratio)."""
         with self.lock:
             self._setup(shape, False)
-            return list(self._ask("time", base_seed=base_seed, loop=loop, verify=False)["device_us"])
+            eager = self._ask("time", base_seed=base_seed, loop=loop, verify=False)["device_us"]
+            copy = self._ask("time", base_seed=base_seed, loop=loop, verify=True, floor="copy",
+                             floor_bytes=min_bytes)["device_us"] if min_bytes else []
+        return list(eager), list(copy)
 
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]

@@ -65,7 +65,7 @@ def caption(device: str, device_name: str, metric: str) -> str:
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
             f"speedup: reference eager median / candidate median ({metric}), the median over rounds timed in "
             "turn where speedup_rounds says so; vs compile: torch.compile reference. "
-            "x copy: time_us / a copy of the same bytes timed the same way (floor_copy_us).")
+            "x copy: time_us / a copy of the same bytes timed the same way (floor_copy_us), paired by rounds too.")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:

@@ -62,16 +62,17 @@ def converged(times_us: Sequence[float], target_rse: float, min_runs: int) -> bo
     return len(times_us) >= min_runs and rse(times_us) <= target_rse
 
 
-def paired_speedup(rounds: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float | None:
-    """Median over rounds of (reference median / candidate median), each pair timed back to back: a host
-    that slows both for a while (seen on the H200 host: every host-bound time x1.8 for seconds) moves
-    the pair together, so the ratio holds where the two pooled medians would not."""
+def paired_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float | None:
+    """Median over pairs of (median of the first / median of the second), each pair timed back to back:
+    a host that slows both for a while (seen on the H200 host: every host-bound time x1.8 for seconds)
+    moves the pair together, so the ratio holds where the two pooled medians would not. Speedup:
+    (reference, candidate) pairs; time over a copy: (candidate, copy)."""
     ratios = []
-    for ref, cand in rounds:
-        if ref and cand:
-            c = quantile(sorted(cand), 0.5)
-            if c > 0:
-                ratios.append(quantile(sorted(ref), 0.5) / c)
+    for num, den in pairs:
+        if num and den:
+            d = quantile(sorted(den), 0.5)
+            if d > 0:
+                ratios.append(quantile(sorted(num), 0.5) / d)
     return quantile(sorted(ratios), 0.5) if ratios else None
 
 

@@ -88,7 +88,7 @@ class Evidence:
     patched: set[str] = field(default_factory=set)
     checks: list[CheckOutcome] = field(default_factory=list)
     timing: Measurement | None = None
-    rounds: list[tuple[list[float], list[float]]] = field(default_factory=list)  # (reference, candidate) us
+    rounds: list[tuple[list[float], list[float], list[float]]] = field(default_factory=list)  # reference, candidate, copy us
     host_gap_us: float | None = None
     device_exceeds_host: bool = False
     timing_thread_growth: bool = False

@@ -27,10 +27,25 @@ def test_bundled_cpu_solution_is_correct_on_every_shape(bundled):
         assert r["timing"]["runs"] >= 5 and r["timing"]["iqr_us"] >= 0
         assert FIELDS <= set(r)
         assert r["floor_launch_us"] > 0 and r["floor_read_us"] > 0 and r["floor_copy_us"] > 0  # floors per shape
-        assert r["copy_ratio"] == pytest.approx(r["time_us"] / r["floor_copy_us"], rel=1e-4)
+        assert r["speedup_rounds"] == 5 and r["copy_ratio"] > 0  # paired: medians of per-round ratios
         phases = r["phase_seconds"]
         assert {"checks", "timing", "verify", "judge_clock"} <= set(phases) and min(phases.values()) > 0
         assert sum(phases.values()) <= r["eval_seconds"] + 1e-3
+
+
+def test_one_round_gives_the_plain_ratios(run_eval, tmp_path):
+    text = (CONFIGS / "cpu_tiny.yaml").read_text().replace("  budget_s: 0.2\n", "  budget_s: 0.2\n  rounds: 1\n")
+    config = CONFIGS / f"_one_round_{tmp_path.name}.yaml"  # beside cpu_tiny.yaml: its paths are relative
+    config.write_text(text)
+    try:
+        res = run_eval(config, "--device", "cpu", "--shapes", "tiny")
+    finally:
+        config.unlink()
+    assert res.rc == 0, res.stderr
+    r = res.by("cpu_cpp", "tiny")
+    assert r["status"] == "correct" and r["speedup_rounds"] is None
+    assert r["speedup"] == pytest.approx(r["ref_time_us"] / r["time_us"], rel=1e-4)
+    assert r["copy_ratio"] == pytest.approx(r["time_us"] / r["floor_copy_us"], rel=1e-4)
 
 
 def test_output_files(bundled):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from harness.stats import converged, fast_p, geomean, mean_cv, paired_speedup, quantile, rse, summarize
+from harness.stats import converged, fast_p, geomean, mean_cv, paired_ratio, quantile, rse, summarize
 
 
 def test_summarize_keeps_median_iqr_min_and_count_together():
@@ -52,18 +52,18 @@ def test_mean_cv():
     assert cv == pytest.approx(math.sqrt(2) / 10)
 
 
-def test_paired_speedup_holds_when_the_host_slows_both_sides_for_a_while():
+def test_paired_ratio_holds_when_the_host_slows_both_sides_for_a_while():
     fast = ([90.0] * 9, [30.0] * 2)  # a round in a fast phase: more reference calls than candidate calls fit
     slow = ([180.0] * 2, [60.0] * 9)  # a slow phase, the other way round
     rounds = [fast, slow, fast]
     pooled_ref = sorted(x for r, _ in rounds for x in r)
     pooled_cand = sorted(x for _, c in rounds for x in c)
     assert quantile(pooled_ref, 0.5) / quantile(pooled_cand, 0.5) == pytest.approx(1.5)  # what pooling gives
-    assert paired_speedup(rounds) == pytest.approx(3.0)
+    assert paired_ratio(rounds) == pytest.approx(3.0)
 
 
-def test_paired_speedup_is_the_median_ratio_and_skips_empty_rounds():
+def test_paired_ratio_is_the_median_ratio_and_skips_empty_rounds():
     rounds = [([10.0], [5.0]), ([30.0], [10.0]), ([40.0], [10.0]), ([], [1.0]), ([5.0], [])]
-    assert paired_speedup(rounds) == 3.0
-    assert paired_speedup([([1.0], [])]) is None
-    assert paired_speedup([]) is None
+    assert paired_ratio(rounds) == 3.0
+    assert paired_ratio([([1.0], [])]) is None
+    assert paired_ratio([]) is None

@@ -43,10 +43,10 @@ sessions, H200):
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200 (docs/benchmarks.md, fourth session): time / a copy of the same
-bytes 1.10x at wide, 1.17x mixtral, 1.25x deepseek (the host was in a slow phase for that record: the
-row-group kernel measured 1.17x there in the same run, though its paired speedup was lower); seed 45.8
-us against a read-and-launch floor of 41.7 us (target 1.3x: met); 2.6x eager at wide (target 3x: missed).
+Measured with the harness on the H200 (docs/benchmarks.md, fourth session; time over a copy of the same
+bytes timed beside each round, median of 5 rounds): wide 1.16x, mixtral 1.15x, deepseek 1.24x (target
+1.10x: missed); 2.8x eager at wide (target 3x: missed); seed 45.8 us against a read-and-launch floor of
+41.7 us (target 1.3x: met).
 """
 
 import torch
