@@ -273,7 +273,8 @@ class CandidateEvaluation:
 
     def _timed_rounds(self, shape: Shape, ev: Evidence, projection: bool, deadline: float) -> list[tuple[int, dict]]:
         """The candidate's timed calls in `timing.rounds` rounds, each followed by short timings (a quarter of
-        the round's budget each) of the eager reference and of the copy floor on the same device: speedups and time over a copy pair times
+        the round's budget each) of the eager reference and of the copy floor on the same device, with the
+        candidate's processes stopped meanwhile: speedups and time over a copy pair times
         taken within a second of each other (stats.paired_ratio). Returns each round's base seed and reply."""
         plan = self.plan
         n = plan.config.timing.rounds
@@ -287,8 +288,9 @@ class CandidateEvaluation:
             batches.append((base_k, r))
             if pair:
                 try:
-                    ref_us, copy_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
-                                                               dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
+                    with self.worker.frozen():
+                        ref_us, copy_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
+                                                                   dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
                 except (RuntimeError, WorkerGone):
                     pair = False
                     rounds = []

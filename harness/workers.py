@@ -7,6 +7,7 @@ a reply too large or not JSON counts as the worker failing, never as data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -96,6 +97,22 @@ class WorkerHandle:
         if n != nbytes:
             raise WorkerGone("died", f"data frame of {n} bytes, expected {nbytes}")
         return buf
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """The worker's whole process group stopped (SIGSTOP) meanwhile: while the reference is timed beside
+        a candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
+        stopped = False
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGSTOP)
+                stopped = True
+        try:
+            yield
+        finally:
+            if stopped:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGCONT)
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})

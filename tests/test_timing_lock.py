@@ -99,3 +99,24 @@ def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
     assert time.monotonic() - t0 < 0.35  # the second and third were ready: no second wait of 0.2 s
     pool.close()
     assert Fake.closed == 3 and len(starts) == 6
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
+    """The candidate's processes are stopped while the reference is timed beside it (evaluate._timed_rounds)."""
+    from conftest import REPO
+    from harness.workers import WorkerHandle
+
+    w = WorkerHandle(repo_root=REPO, env={}, log_path=tmp_path / "w.log", cwd=tmp_path, trusted=False)
+    try:
+        assert w.request("ping", 120.0).get("ok")
+        with w.frozen():
+            assert _state(w.proc.pid) == "T"
+            assert not w.conn.poll(0.0)
+        assert _state(w.proc.pid) != "T"
+        assert w.request("ping", 60.0).get("ok")
+    finally:
+        w.kill()
