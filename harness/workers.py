@@ -107,12 +107,25 @@ class WorkerHandle:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGSTOP)
                 stopped = True
+                self._await_stop()
         try:
             yield
         finally:
             if stopped:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def _await_stop(self, limit_s: float = 0.5) -> None:
+        """SIGSTOP lands asynchronously: wait (briefly) until the kernel reports the worker stopped."""
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        end = time.monotonic() + limit_s
+        while time.monotonic() < end:
+            try:
+                if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+            except (OSError, IndexError):
+                return
+            time.sleep(0.0005)
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})
