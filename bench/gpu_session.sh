@@ -12,6 +12,7 @@ PY=${PY:-python3}
 START=$(date +%s)
 DEADLINE=${DEADLINE:-570}
 left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
+ablations() { rm -rf .cache/ablations; $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null; }
 log() { echo "== $(date -u +%H:%M:%S) +$(( $(date +%s) - START ))s $*" | tee -a "$OUT/session.log"; }
 ALL_CUDA="solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py tests/candidates/gpu"
 for step in "$@"; do
@@ -35,11 +36,11 @@ for step in "$@"; do
     info)
       { nvidia-smi; $PY -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nproc; free -g; df -h /dev/shm /tmp .; } >> "$OUT/session.log" 2>&1 ;;
     build)
-      rm -rf .cache/ablations; $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
+      ablations
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-build \
         --solution $ALL_CUDA .cache/ablations > "$OUT/build.log" 2>&1 ;;
     explore)
-      rm -rf .cache/ablations; $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
+      ablations
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --build-only --out results/gpu-explore \
         --solution solutions/pack_tokens/fast_vec16.py .cache/ablations > "$OUT/explore.log" 2>&1
       t=$(left)
@@ -52,8 +53,7 @@ for step in "$@"; do
     tests_harness)
       timeout "$t" $PY -m pytest -m gpu -q -rA tests/gpu/test_gpu_harness.py ${TESTS_ARGS:-} > "$OUT/gpu_tests_harness.log" 2>&1 ;;
     eval)
-      rm -rf results/gpu-bundled .cache/ablations
-      $PY bench/variants.py .cache/ablations --ablations ${ABLATIONS:-} > /dev/null
+      rm -rf results/gpu-bundled; ablations
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled \
         --solution ${EVAL_SOLUTIONS:-solutions/pack_tokens/original_warp_float4.py solutions/pack_tokens/fast_vec16.py .cache/ablations} \
         ${EVAL_ARGS:-} > "$OUT/eval.log" 2>&1

@@ -18,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .workers import groups_stopped
+
 _RUNNING: dict[int, str] = {}
 _RUNNING_LOCK = threading.Lock()
 
@@ -27,15 +29,8 @@ def builds_frozen(except_name: str | None = None):
     """Stop every running build process (SIGSTOP) but one's, and continue them afterwards."""
     with _RUNNING_LOCK:
         frozen = [pid for pid, name in _RUNNING.items() if name != except_name]
-    for pid in frozen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGSTOP)
-    try:
+    with groups_stopped(frozen):
         yield
-    finally:
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGCONT)
 
 
 @dataclass(frozen=True)

@@ -334,8 +334,7 @@ class CandidateEvaluation:
         if plan.device == "cuda":
             ev.host_gap_us = statistics.median(h - s for h, s in zip(host, span))
             ev.device_exceeds_host = statistics.median(dev) > 1.05 * statistics.median(host) + 5.0
-        ev.timing_thread_growth = any((r.get("threads") or [0, 0])[1] > (r.get("threads") or [0, 0])[0]
-                                      for r in replies)
+        ev.timing_thread_growth = any(before < after for before, after in (r.get("threads") or [0, 0] for r in replies))
         ev.timing_py_threads = sorted({t for r in replies for t in (r.get("extra_py_threads") or [])})
         with self._phase("verify"):
             ev.timed = self._verify_timed(shape, [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"]))

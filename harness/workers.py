@@ -39,6 +39,38 @@ def describe_exit(code: int | None) -> str:
     return f"worker exited with code {code}"
 
 
+@contextlib.contextmanager
+def groups_stopped(pids):
+    """The process groups led by pids stopped (SIGSTOP) meanwhile, continued (SIGCONT) after. SIGSTOP lands
+    asynchronously: each leader is awaited until the kernel reports it stopped (or gone), so the work that
+    needs them still starts only once they are."""
+    stopped = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGSTOP)
+            stopped.append(pid)
+    for pid in stopped:
+        _await_stop(pid)
+    try:
+        yield
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
+
+
+def _await_stop(pid: int, limit_s: float = 0.5) -> None:
+    stat = Path(f"/proc/{pid}/stat")
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.0005)
+
+
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool):
         parent, child = Pipe(duplex=True)
@@ -98,34 +130,10 @@ class WorkerHandle:
             raise WorkerGone("died", f"data frame of {n} bytes, expected {nbytes}")
         return buf
 
-    @contextlib.contextmanager
     def frozen(self):
-        """The worker's whole process group stopped (SIGSTOP) meanwhile: while the reference is timed beside
-        a candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
-        stopped = False
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGSTOP)
-                stopped = True
-                self._await_stop()
-        try:
-            yield
-        finally:
-            if stopped:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.proc.pid, signal.SIGCONT)
-
-    def _await_stop(self, limit_s: float = 0.5) -> None:
-        """SIGSTOP lands asynchronously: wait (briefly) until the kernel reports the worker stopped."""
-        stat = Path(f"/proc/{self.proc.pid}/stat")
-        end = time.monotonic() + limit_s
-        while time.monotonic() < end:
-            try:
-                if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t"):
-                    return
-            except (OSError, IndexError):
-                return
-            time.sleep(0.0005)
+        """The worker's whole process group stopped meanwhile: while the reference is timed beside a
+        candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
+        return groups_stopped([self.proc.pid] if self.alive else [])
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})
