@@ -38,9 +38,9 @@ def render(per_shape: dict, device: str, name: str, runs: int) -> str:
                         "target"], rows))
 
 
-def lean_config(path: Path, folder: Path) -> Path:
+def lean_config(path: Path, folder: Path, rounds: int | None = None) -> Path:
     """The config with its timing settings kept and the work that does not bear on speedup noise cut:
-    two correctness seeds instead of five, no torch.compile reference."""
+    two correctness seeds instead of five, no torch.compile reference; `rounds` overrides timing.rounds."""
     import yaml
 
     data = yaml.safe_load(path.read_text())
@@ -49,6 +49,8 @@ def lean_config(path: Path, folder: Path) -> Path:
     data["solutions"] = {}
     data.setdefault("check", {})["seeds"] = 2
     data.setdefault("timing", {})["compile_reference"] = False
+    if rounds is not None:
+        data["timing"]["rounds"] = rounds
     out = folder / "stability.yaml"
     out.write_text(yaml.safe_dump(data))
     return out
@@ -61,9 +63,10 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--shapes", nargs="*", default=None)
+    ap.add_argument("--rounds", type=int, default=None, help="override timing.rounds")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-stability-"))
-    config = lean_config(Path(args.config), base)
+    config = lean_config(Path(args.config), base, args.rounds)
     per_shape: dict[str, dict[str, list[float]]] = {}
     device = ""
     for i in range(args.runs):
@@ -73,7 +76,8 @@ def main() -> None:
         for r in records(out):
             print(f"  {r['shape']}: {r['status']}, time {r.get('time_us')} us, reference {r.get('ref_time_us')} us, "
                   f"floors launch {r.get('floor_launch_us')} read {r.get('floor_read_us')} copy {r.get('floor_copy_us')} "
-                  f"us, speedup {r.get('speedup')}", flush=True)
+                  f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), time/copy {r.get('copy_ratio')}",
+                  flush=True)
             d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": []})
             if r["status"] == "correct":
                 d["speedup"].append(r["speedup"])

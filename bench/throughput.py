@@ -56,6 +56,27 @@ def main() -> None:
     print(f"\none cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
           f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
     print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
+    for label, out in (("cold", out_cold), ("warm", out_warm)):
+        print(f"\n{label} batch: where the time went\n")
+        print(breakdown(run_json(out), records(out)))
+
+
+def breakdown(run: dict, recs: list[dict]) -> str:
+    """Reference seconds per lane (before any candidate is evaluated) and each evaluation stage's mean
+    and total seconds over the records: what a batch's wall time is made of."""
+    rows = []
+    for lane, shapes in (run.get("reference_timings") or {}).items():
+        total = sum(t.get("seconds") or 0 for t in shapes.values())
+        rows.append([f"reference work, lane {lane}", len(shapes), f"{total / max(1, len(shapes)):.2f}", f"{total:.1f}"])
+    stages: dict[str, list[float]] = {}
+    for r in recs:
+        for k, v in (r.get("phase_seconds") or {}).items():
+            stages.setdefault(k, []).append(v)
+        if r.get("eval_seconds") is not None:
+            stages.setdefault("record, all stages", []).append(r["eval_seconds"])
+    for k, v in sorted(stages.items(), key=lambda kv: -sum(kv[1])):
+        rows.append([k, len(v), f"{sum(v) / len(v):.2f}", f"{sum(v):.1f}"])
+    return md_table(["stage", "count", "mean s", "total s"], rows)
 
 
 if __name__ == "__main__":

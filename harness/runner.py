@@ -357,6 +357,9 @@ class Runner:
             w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
             try:
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
+                if reply.get("ok") and plan.device == "cuda":
+                    with ref.turn():
+                        reply = w.request("device", INIT_TIMEOUT_S)
                 if not reply.get("ok"):
                     w.kill()
                     return None

@@ -392,8 +392,8 @@ class Worker:
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
                  cores: list[int] | None = None, device_now: bool = True) -> dict:
         """Everything that needs no device; the device itself too when device_now. A spare candidate worker
-        starts without it: a CUDA context created while another candidate is being timed on the same GPU
-        would share the GPU with it and slow its timed calls."""
+        starts without it and gets it from `device`, sent in the device's turn: a CUDA context created while
+        another candidate is being timed on the same GPU would share the GPU with it and slow its timed calls."""
         self.role, self.device = role, device
         self.fp_seed = fp_seed
         self._pin(cores)
@@ -432,6 +432,13 @@ class Worker:
         self.watch = RuntimeWatch()
         info["native_threads"] = native_threads()
         return info
+
+    def cmd_device(self, frames) -> dict:
+        """Start the device in a spare, before any candidate is in it: the harness sends this inside the
+        device's turn, so the context is never created while another process is being timed."""
+        if self.watch is None:
+            self._init_device()
+        return {}
 
     def cmd_log(self, frames, path: str) -> dict:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

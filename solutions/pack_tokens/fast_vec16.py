@@ -5,18 +5,26 @@ What limits it: packing is pure data movement, so the floor is a device-to-devic
 the row count the output's shape needs on the host.
 
 Design (each alternative is a constant below; `bench/kernel_time.py` times them against a copy of the
-same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third and fourth
+same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third to fifth
 sessions, H200):
-- Every output byte is written once: token rows by `scatter_flat`, rows no token lands in (capacity
-  padding, empty experts) by `zero_unwritten`. Zero-filling the whole output first (the original
-  kernel's way, ZERO_FILL_FIRST) cost +36 to +57 us on the large shapes.
-- Which rows were written: the scatter records owner[dest] = token. The map is never cleared (no memset
-  launch): the zero kernel accepts owner[r] only if that token's indices really land on r, so a stale
-  value can only name a row that was written.
-- The row count: the scatter's first thread writes expert_offsets[-1] to pinned host memory mapped into
+- Every output byte is written once. FUSED (the default since the fifth session): a small kernel,
+  `mark_owners`, writes owner[dest] = token for every token; then one grid, `pack_fused`, moves the
+  token rows and zeroes the rows no token lands in (capacity padding, empty experts) at the same time:
+  its first chunks are blocks of 256 output rows, checked 32 at once per warp, the rest are scatter
+  chunks. It is launched with programmatic dependent launch (PDL): its scatter chunks start while the
+  owner map is still being written, and only the zero chunks wait for it (`griddepcontrol.wait`).
+  Against the previous default (FUSED 0: the scatter writes the owner map, then a second kernel zeroes
+  unwritten rows, one warp per row), busy GPU, one process, fifth session: wide 143.2 against 148.8 us
+  (copy 132.9), mixtral 74.2 against 79.2 (copy 70.2), deepseek 74.9 against 78.3 (copy 69.1), seed
+  equal (21.2). The prediction was that the padded shape (deepseek) would gain most; all three large
+  shapes gained 3.4-5.6 us. Without PDL (PDL 0), 1.4-3.2 us of that is lost. Zero-filling the whole
+  output first (the original kernel's way, ZERO_FILL_FIRST) cost +36 to +57 us on the large shapes.
+- The owner map is never cleared (no memset launch): a reader accepts owner[r] only if that token's
+  indices really land on r, so a stale value can only name a row that was written.
+- The row count: the first kernel's first thread writes expert_offsets[-1] to pinned host memory mapped into
   the device; the host spins on it while the kernels run. A 4-byte copy and an event instead
   (COUNT_BY_KERNEL=0) cost +8 to +9 us; reading the count before launching (SYNC_READ_FIRST) +18 us.
-  Both kernels are queued before the host waits (the zero kernel reads the count on the device), so the
+  Both kernels are queued before the host waits (the zero chunks read the count on the device), so the
   GPU never waits for the host. The output is a view of the first `total` rows of a buffer of guessed
   capacity (tokens + 16 per expert); a larger count (never for the bundled shapes) falls back to an
   exact buffer and a second pass.
@@ -32,7 +40,9 @@ sessions, H200):
   2.92x, deepseek 3.99x against 3.75x, wide and mixtral within 1%. For the row-group kernel (third
   session): 128-thread blocks 4 us faster at wide only; UNROLL 4 within 1.5 us, 8 worse by 2-4 us on
   bfloat16; a persistent grid (8 blocks per SM) 5-9 us slower; plain stores instead of streaming ones
-  within 1 us; the prefetch no measurable effect.
+  within 1 us; the prefetch no measurable effect. For the fused grid (fifth session): a grid capped at 3
+  or 8 blocks per SM instead of 32 is 3-18 us slower (deepseek worst); plain stores 0.2-1.1 us faster on
+  the large shapes, within the noise of one run, so streaming stores stay.
 - Host path: the contract is checked in C++ before any launch; also checking it in Python
   (CHECK_IN_PYTHON) cost up to 4 us. SM count cached; pinned slot and event made once per thread.
   Together with the two items above, this version is 13-15 us faster than the previous one at seed and
@@ -43,10 +53,12 @@ sessions, H200):
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200 (docs/benchmarks.md, fourth session; time over a copy of the same
-bytes timed beside each round, median of 5 rounds): wide 1.16x, mixtral 1.15x, deepseek 1.24x (target
-1.10x: missed); 2.8x eager at wide (target 3x: missed); seed 45.8 us against a read-and-launch floor of
-41.7 us (target 1.3x: met).
+Measured with the harness on the H200 (docs/benchmarks.md, fifth session; time over a copy of the same
+bytes timed beside each round, median of 5 rounds): wide 1.097x, mixtral 1.095x, deepseek 1.093x
+(target 1.10x: met in that run; in 15 further runs of each shape in the same session, 1.08-1.16x at
+wide and 1.09-1.19x at mixtral, so not met reliably); 2.70x eager at wide (target 3x: missed; a copy
+of the same bytes timed beside it was 2.98x); seed 39.9 us against a read-and-launch floor of 45.2 us
+(target 1.3x: met).
 """
 
 import torch
@@ -64,6 +76,8 @@ SYNC_READ_FIRST = 0  # ablation: read the row count before launching (a host rou
 ZERO_FILL_FIRST = 0  # ablation: zero the whole output first, then scatter (the original kernel's extra pass)
 FLAT = 1  # 1: token rows moved as one flat array of vectors, as a copy kernel would; 0: a group of threads per row
 FLAT_ITEMS = 8  # FLAT: vectors per thread, all loaded before any destination is looked up
+FUSED = 1  # FLAT: owner map by a small kernel first, then one grid for token rows and padding rows alike
+PDL = 1  # FUSED: launch the main grid while the owner map is still being written (programmatic dependent launch)
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -85,6 +99,8 @@ cuda_source = r"""
 #define ZERO_FILL_FIRST KBH_ZERO_FILL_FIRST
 #define FLAT KBH_FLAT
 #define FLAT_ITEMS KBH_FLAT_ITEMS
+#define FUSED KBH_FUSED
+#define PDL KBH_PDL
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -163,7 +179,44 @@ __global__ void __launch_bounds__(THREADS) scatter_rows(
 
 // The token rows as one contiguous array of vectors, cut into chunks of THREADS * FLAT_ITEMS: each thread
 // loads its FLAT_ITEMS vectors (THREADS apart) before it looks up any destination, so the index loads
-// overlap the data in flight, as in a copy kernel. The thread holding a row's first vector marks the row.
+// overlap the data in flight, as in a copy kernel. With an owner map, the thread holding a row's first
+// vector marks the row.
+template <typename V>
+__device__ __forceinline__ void scatter_chunk(
+        const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* __restrict__ owner,
+        int64_t c0, int64_t all, int64_t num_tokens, int64_t num_experts, int64_t limit, int64_t row_vecs) {
+    const int64_t row0 = c0 / row_vecs;
+    const unsigned rv = (unsigned)row_vecs;
+    const unsigned base = (unsigned)(c0 - row0 * row_vecs) + threadIdx.x;
+    V v[FLAT_ITEMS];
+    int64_t row[FLAT_ITEMS];
+    unsigned col[FLAT_ITEMS];
+    int e[FLAT_ITEMS], s[FLAT_ITEMS];
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        if (c0 + u * THREADS + threadIdx.x < all) v[u] = __ldg(src + c0 + u * THREADS + threadIdx.x);
+    }
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        const unsigned k = base + u * THREADS;
+        const unsigned q = k / rv;
+        row[u] = row0 + q;
+        col[u] = k - q * rv;
+        const bool in = row[u] < num_tokens;
+        e[u] = in ? __ldg(expert_idx + row[u]) : -1;
+        s[u] = in ? __ldg(slot_idx + row[u]) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        if (e[u] < 0 || e[u] >= num_experts) continue;
+        const int64_t d = (int64_t)__ldg(offsets + e[u]) + (int64_t)s[u];
+        if (d < 0 || d >= limit) continue;
+        store(dst + d * row_vecs + col[u], v[u]);
+        if (owner != nullptr && col[u] == 0) owner[d] = (int)row[u];
+    }
+}
+
 template <typename V>
 __global__ void __launch_bounds__(THREADS) scatter_flat(
         const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
@@ -177,37 +230,97 @@ __global__ void __launch_bounds__(THREADS) scatter_flat(
     const int64_t limit = min(capacity, (int64_t)total);
     const int64_t all = num_tokens * row_vecs;
     constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
-    const unsigned rv = (unsigned)row_vecs;
-    for (int64_t c0 = (int64_t)blockIdx.x * CHUNK; c0 < all; c0 += (int64_t)gridDim.x * CHUNK) {
-        const int64_t row0 = c0 / row_vecs;
-        const unsigned base = (unsigned)(c0 - row0 * row_vecs) + threadIdx.x;
-        V v[FLAT_ITEMS];
-        int64_t row[FLAT_ITEMS];
-        unsigned col[FLAT_ITEMS];
-        int e[FLAT_ITEMS], s[FLAT_ITEMS];
-#pragma unroll
-        for (int u = 0; u < FLAT_ITEMS; ++u) {
-            if (c0 + u * THREADS + threadIdx.x < all) v[u] = __ldg(src + c0 + u * THREADS + threadIdx.x);
-        }
-#pragma unroll
-        for (int u = 0; u < FLAT_ITEMS; ++u) {
-            const unsigned k = base + u * THREADS;
-            const unsigned q = k / rv;
-            row[u] = row0 + q;
-            col[u] = k - q * rv;
-            const bool in = row[u] < num_tokens;
-            e[u] = in ? __ldg(expert_idx + row[u]) : -1;
-            s[u] = in ? __ldg(slot_idx + row[u]) : 0;
-        }
-#pragma unroll
-        for (int u = 0; u < FLAT_ITEMS; ++u) {
-            if (e[u] < 0 || e[u] >= num_experts) continue;
-            const int64_t d = (int64_t)__ldg(offsets + e[u]) + (int64_t)s[u];
-            if (d < 0 || d >= limit) continue;
-            store(dst + d * row_vecs + col[u], v[u]);
-            if (col[u] == 0) owner[d] = (int)row[u];
+    for (int64_t c0 = (int64_t)blockIdx.x * CHUNK; c0 < all; c0 += (int64_t)gridDim.x * CHUNK)
+        scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, owner, c0, all, num_tokens, num_experts, limit,
+                         row_vecs);
+}
+
+// Programmatic dependent launch (sm_90): the fused kernel is launched while mark_owners still runs; its
+// scatter chunks need nothing from it, its zero chunks wait for it (all its writes visible) first.
+__device__ __forceinline__ void release_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// FUSED: the owner map first, in its own small kernel (one thread per token), which also writes the row
+// count for the host. The map is never cleared: a reader accepts owner[r] only if that token really lands on r.
+__global__ void __launch_bounds__(THREADS) mark_owners(
+        const int* __restrict__ expert_idx, const int* __restrict__ slot_idx, const int* __restrict__ offsets,
+        int* __restrict__ owner, volatile int* count_out, int64_t num_tokens, int64_t num_experts,
+        int64_t capacity) {
+    release_dependents();
+    const int total = __ldg(offsets + num_experts);
+    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        *count_out = total;
+        __threadfence_system();
+    }
+    const int64_t limit = min(capacity, (int64_t)total);
+    for (int64_t t = (int64_t)blockIdx.x * THREADS + threadIdx.x; t < num_tokens; t += (int64_t)gridDim.x * THREADS) {
+        const int64_t d = dest_of(t, expert_idx, slot_idx, offsets, num_experts, limit);
+        if (d >= 0) owner[d] = (int)t;
+    }
+}
+
+// THREADS rows: each lane of a warp checks one of the warp's 32 rows (all their index loads in flight at
+// once), then the warp zeroes the rows no token wrote, one after another.
+template <typename V>
+__device__ __forceinline__ void zero_row_block(
+        V* __restrict__ dst, const int* owner, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int64_t r0, int64_t num_tokens,
+        int64_t num_experts, int64_t limit, int64_t row_vecs) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp_r0 = r0 + (threadIdx.x & ~31);
+    const int64_t r = warp_r0 + lane;
+    bool unwritten = false;
+    if (r < limit) {
+        const int64_t o = __ldcg(owner + r);
+        unwritten = !(o >= 0 && o < num_tokens && dest_of(o, expert_idx, slot_idx, offsets, num_experts, limit) == r);
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, unwritten);
+    V zero;
+    memset(&zero, 0, sizeof(V));
+    while (mask != 0) {
+        const int k = __ffs(mask) - 1;
+        mask &= mask - 1;
+        V* d = dst + (warp_r0 + k) * row_vecs;
+        for (int64_t i = lane; i < row_vecs; i += 32) store(d + i, zero);
+    }
+}
+
+// FUSED: one grid for every output byte. Chunk ids [0, zero_chunks) are THREADS output rows each, zeroed
+// where no token landed (after mark_owners has finished); the rest are scatter chunks, which run from the
+// start, beside mark_owners. Padding rows are written while the tokens move, not in a pass after them.
+template <typename V>
+__global__ void __launch_bounds__(THREADS) pack_fused(
+        const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, const int* owner,
+        int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs, int64_t zero_chunks) {
+    const int64_t limit = min(capacity, (int64_t)__ldg(offsets + num_experts));
+    const int64_t all = num_tokens * row_vecs;
+    constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
+    const int64_t chunks = zero_chunks + (all + CHUNK - 1) / CHUNK;
+    bool waited = false;
+    for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        if (c < zero_chunks) {
+            if (!waited) {
+                wait_for_primary();
+                waited = true;
+            }
+            zero_row_block<V>(dst, owner, expert_idx, slot_idx, offsets, c * THREADS, num_tokens, num_experts,
+                              limit, row_vecs);
+        } else {
+            scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, nullptr, (c - zero_chunks) * CHUNK, all,
+                             num_tokens, num_experts, limit, row_vecs);
         }
     }
+    if (!waited) wait_for_primary();  // no block ends before mark_owners has: the stream's order stays whole
 }
 
 // Rows below the device's row count that no token wrote. The count is read here, not on the host, so
@@ -341,6 +454,31 @@ static void launch_zero(torch::Tensor& dst, const torch::Tensor& owner, const to
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+template <typename V>
+static void launch_fused(const torch::Tensor& src, torch::Tensor& dst, const torch::Tensor& e,
+                         const torch::Tensor& s, const torch::Tensor& off, const torch::Tensor& owner,
+                         int64_t capacity, cudaStream_t stream, int sms) {
+    const int64_t n = src.size(0);
+    const int64_t row_vecs = src.size(1) * src.element_size() / (int64_t)sizeof(V);
+    const int64_t chunk = (int64_t)THREADS * FLAT_ITEMS;
+    const int64_t zero_chunks = (capacity + THREADS - 1) / THREADS;
+    const int64_t chunks = zero_chunks + (n * row_vecs + chunk - 1) / chunk;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)std::max<int64_t>(1, std::min<int64_t>(chunks, (int64_t)sms * BLOCKS_PER_SM)));
+    config.blockDim = dim3(THREADS);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = PDL;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, pack_fused<V>, static_cast<const V*>(src.data_ptr()),
+                                      static_cast<V*>(dst.data_ptr()), e.data_ptr<int>(), s.data_ptr<int>(),
+                                      off.data_ptr<int>(), owner.data_ptr<int>(), n, off.numel() - 1, capacity,
+                                      row_vecs, zero_chunks));
+}
+
 #define DISPATCH_VEC(vec, FN, ...)                                         \
     switch (vec) {                                                         \
         case 16: FN<uint4>(__VA_ARGS__); break;                            \
@@ -364,6 +502,15 @@ static torch::Tensor pack_into(const torch::Tensor& src, const torch::Tensor& e,
     auto owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
     const int vec = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
                                  reinterpret_cast<uintptr_t>(buffer.data_ptr()));
+    if (FUSED && FLAT && !ZERO_FILL_FIRST) {
+        const int64_t n = src.size(0);
+        const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + THREADS - 1) / THREADS, (int64_t)sms * 8));
+        mark_owners<<<blocks, THREADS, 0, stream>>>(e.data_ptr<int>(), s.data_ptr<int>(), off.data_ptr<int>(),
+                                                    owner.data_ptr<int>(), count_out, n, off.numel() - 1, capacity);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        DISPATCH_VEC(vec, launch_fused, src, buffer, e, s, off, owner, capacity, stream, sms);
+        return buffer;
+    }
     DISPATCH_VEC(vec, launch_scatter, src, buffer, e, s, off, owner, count_out, capacity, stream, sms);
     if (!ZERO_FILL_FIRST) DISPATCH_VEC(vec, launch_zero, buffer, owner, e, s, off, capacity, stream, sms);
     return buffer;
@@ -460,7 +607,7 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
 CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_PER_SM": BLOCKS_PER_SM,
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
              "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
-             "FLAT_ITEMS": FLAT_ITEMS}
+             "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL}
 source = cuda_source
 for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))
