@@ -65,8 +65,11 @@ for step in "$@"; do
       $PY bench/roofline.py --run results/gpu-bundled > "$OUT/roofline.log" 2>&1 ;;
     throughput)
       timeout "$t" $PY bench/throughput.py ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1 ;;
+    phases)
+      timeout "$t" $PY bench/stability.py --shapes seed wide mixtral --runs 1 --rounds 30 --budget 12 \
+        --out results/phases > "$OUT/phases.log" 2>&1 ;;
     stability)
-      timeout "$t" $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability.log" 2>&1 ;;
+      timeout $(( t - 20 )) $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability.log" 2>&1 ;;
     cache)
       tar czf "$OUT/cache.tgz" --exclude='*.o' --exclude='*.lock' .cache 2>> "$OUT/session.log" ;;
     runs)

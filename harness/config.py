@@ -54,6 +54,7 @@ class TimingSettings:
     compile_reference: bool = True
     graph: bool = True
     rounds: int = 5
+    speedup_quantile: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ def load_config(path: str | Path) -> Config:
 
     tim = top.sub("timing")
     tim.only(("target_rse", "warmup_ms", "min_runs", "max_runs", "budget_s", "speedup_metric",
-              "compile_reference", "graph", "rounds"))
+              "compile_reference", "graph", "rounds", "speedup_quantile"))
     timing = TimingSettings(
         target_rse=tim.number("target_rse", 0.005, 0.0, 1.0, lo_open=True),
         warmup_ms=tim.number("warmup_ms", 25.0, 0.0),
@@ -232,6 +233,7 @@ def load_config(path: str | Path) -> Config:
         compile_reference=tim.boolean("compile_reference", True),
         graph=tim.boolean("graph", True),
         rounds=tim.integer("rounds", 5, 1),
+        speedup_quantile=tim.number("speedup_quantile", 0.1, 0.0, 0.5, lo_open=True),
     )
     if timing.max_runs < timing.min_runs:
         tim.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)

@@ -9,6 +9,8 @@ error is discarded; the next shape starts a clean one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import secrets
 import statistics
 import threading
@@ -25,7 +27,7 @@ from .fingerprint import OVERWRITTEN
 from .records import Record
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
-from .stats import paired_ratio, summarize
+from .stats import Round, pooled_ratio, quantile, summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
 from .workers import WorkerGone, WorkerHandle, judge_timed
 
@@ -60,6 +62,7 @@ class LaneContext:
     poison_bytes: int = 0
     gate: object = None
     turn: DeviceTurn = field(default_factory=DeviceTurn)
+    keep: Callable[[str, bytes], Path] | None = None
 
 
 class SparePool:
@@ -248,12 +251,15 @@ class CandidateEvaluation:
         return outcome
 
     def _verify_timed(self, shape: Shape, batches: list[tuple[int, dict, int]], projection: bool,
-                      tols) -> list[TimedVerification]:
-        """Fingerprint a random sample of the timed calls of every batch (base seed, calls, call count),
-        numbered across batches, against the reference's answers for the same inputs."""
+                      tols, must: list[tuple[int, int]] = ()) -> list[TimedVerification]:
+        """Fingerprint the timed calls `must` (batch, call) and a random sample of the others of every batch
+        (base seed, calls, call count), numbered across batches, against the reference's answers for the
+        same inputs."""
         eligible = [(b, i) for b, (_, calls, n) in enumerate(batches) for i in range(n) if calls.get(str(i)) != OVERWRITTEN]
-        k = min(self.plan.config.check.verify_timed, len(eligible))
-        sample = sorted(secrets.SystemRandom().sample(eligible, k))
+        chosen = set(must) & set(eligible)
+        rest = [c for c in eligible if c not in chosen]
+        k = min(self.plan.config.check.verify_timed, len(rest))
+        sample = sorted(chosen | set(secrets.SystemRandom().sample(rest, k)))
         seeds = {(b, i): derive(batches[b][0], i) for b, i in sample}
         fps = self.lane.ref.fingerprints(self.lane.store, shape, list(seeds.values()), projection)
         offsets = [sum(n for _, _, n in batches[:b]) for b in range(len(batches))]
@@ -273,31 +279,44 @@ class CandidateEvaluation:
 
     def _timed_rounds(self, shape: Shape, ev: Evidence, projection: bool, deadline: float) -> list[tuple[int, dict]]:
         """The candidate's timed calls in `timing.rounds` rounds, each followed by short timings (a quarter of
-        the round's budget each) of the eager reference and of the copy floor on the same device, with the
-        candidate's processes stopped meanwhile: speedups and time over a copy pair times
-        taken within a second of each other (stats.paired_ratio). Returns each round's base seed and reply."""
+        the round's budget each) of the eager reference, an empty launch (the host's phase, for the record)
+        and the copy floor on the same device, with the candidate's processes stopped meanwhile: both sides of
+        a speedup are timed in alternation, within a second of each other (stats.pooled_ratio). Returns each
+        round's base seed and reply."""
         plan = self.plan
         n = plan.config.timing.rounds
         base = plan.time_seed(shape.name)
         pair = n > 1 and self.lane.timings.get(shape.name, RefTiming()).eager is not None
-        batches, rounds = [], []
+        batches: list[tuple[int, dict]] = []
+        rounds: list[Round] = []
         for k in range(n):
             base_k = base if k == 0 else derive(base, "round", k)
             loop = round_loop(loop_settings(plan), k, n)
             r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
             batches.append((base_k, r))
-            if pair:
-                try:
-                    with self.worker.frozen():
-                        ref_us, copy_us = self.lane.ref.time_round(shape, derive(base, "reference round", k),
-                                                                   dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
-                except (RuntimeError, WorkerGone):
-                    pair = False
-                    rounds = []
-                    continue
-                rounds.append((ref_us, list(r["device_us"]), copy_us))
+            if not pair:
+                continue
+            try:
+                with self.worker.frozen():
+                    paired = self.lane.ref.time_round(shape, derive(base, "reference round", k),
+                                                      dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
+            except (RuntimeError, WorkerGone):
+                pair, rounds = False, []
+                continue
+            rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
         ev.rounds = rounds
+        ev.times_file = self._keep_raw(shape, rounds)
         return batches
+
+    def _keep_raw(self, shape: Shape, rounds: list[Round]) -> str | None:
+        """Every timed call of every round, beside the records: the figures a speedup was computed from."""
+        if not rounds or self.lane.keep is None:
+            return None
+        name = f"{safe_name(self.cand.name)}.{safe_name(shape.name)}.json"
+        try:
+            return str(self.lane.keep(name, json.dumps([dataclasses.asdict(r) for r in rounds]).encode()))
+        except OSError:
+            return None
 
     def _replayed(self, shape: Shape, base: int, calls: dict, i: int, got: list, projection: bool) -> bool:
         """A wrong timed output that is the right answer for another input the candidate has seen (a check
@@ -338,7 +357,8 @@ class CandidateEvaluation:
         ev.timing_py_threads = sorted({t for r in replies for t in (r.get("extra_py_threads") or [])})
         with self._phase("verify"):
             ev.timed = self._verify_timed(shape, [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"]))
-                                                  for base, r in batches], projection, tols)
+                                                  for base, r in batches], projection, tols,
+                                          must=fast_tail(replies, plan.config.timing.speedup_quantile))
             self._check(shape, ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
         with self._phase("judge_clock"):
             ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
@@ -385,13 +405,13 @@ class CandidateEvaluation:
 
     # -- record ------------------------------------------------------------------------------
     @staticmethod
-    def _speedup_compile(paired: float | None, ref_t: RefTiming, t) -> float | None:
-        """Against torch.compile: chained through the paired eager speedup where there is one (the compiled
+    def _speedup_compile(eager_speedup: float | None, ref_t: RefTiming, t) -> float | None:
+        """Against torch.compile: chained through the eager speedup from rounds where there is one (the compiled
         and eager references were timed back to back by the lane), else compiled median / candidate median."""
         if ref_t.compiled is None or t is None:
             return None
-        if paired is not None and ref_t.eager is not None:
-            return paired * ref_t.eager.median_us / ref_t.compiled.median_us
+        if eager_speedup is not None and ref_t.eager is not None:
+            return eager_speedup * ref_t.eager.median_us / ref_t.compiled.median_us
         return ref_t.compiled.median_us / t.median_us
 
     def _record(self, shape: Shape, ev: Evidence, ref, ref_t: RefTiming, seconds: float) -> Record:
@@ -404,12 +424,14 @@ class CandidateEvaluation:
         ref_eager = ref_t.eager.median_us if ref_t.eager else None
         ref_metric = (ref_t.graph.median_us if ref_t.graph else None) if metric == "gpu_time_us" else ref_eager
         ref_compiled = ref_t.compiled.median_us if ref_t.compiled else None
-        paired = paired_ratio([(r, c) for r, c, _ in ev.rounds]) if metric == "time_us" and correct else None
-        copy_ratio = paired_ratio([(c, f) for _, c, f in ev.rounds]) if correct else None
+        q = plan.config.timing.speedup_quantile
+        cand_calls = [r.candidate for r in ev.rounds]
+        pooled = pooled_ratio([r.reference for r in ev.rounds], cand_calls, q) if metric == "time_us" and correct else None
+        copy_ratio = pooled_ratio(cand_calls, [r.copy for r in ev.rounds], q) if correct else None
         floor_copy = ref_t.floor_copy.median_us if ref_t.floor_copy else None
         if ev.rounds:
-            ref_eager = summarize([x for r, _, _ in ev.rounds for x in r]).median_us
-            copies = [x for _, _, f in ev.rounds for x in f]
+            ref_eager = summarize([x for r in ev.rounds for x in r.reference]).median_us
+            copies = [x for r in ev.rounds for x in r.copy]
             floor_copy = summarize(copies).median_us if copies else floor_copy
         if copy_ratio is None and correct and t and floor_copy:
             copy_ratio = t.median_us / floor_copy
@@ -420,10 +442,12 @@ class CandidateEvaluation:
         copy = self.lane.calibration.copy_gbps if self.lane.calibration else None
         return Record(
             solution=self.cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
-            speedup=paired if paired is not None else (
+            speedup=pooled if pooled is not None else (
                 (ref_metric / cand_time) if correct and ref_metric and cand_time else None),
-            speedup_compile=self._speedup_compile(paired, ref_t, t) if correct else None,
-            speedup_rounds=len(ev.rounds) if paired is not None else None,
+            speedup_compile=self._speedup_compile(pooled, ref_t, t) if correct else None,
+            speedup_rounds=len(ev.rounds) if pooled is not None else None,
+            rounds=[r.medians() for r in ev.rounds] or None,
+            times_file=ev.times_file,
             time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
             ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
@@ -439,6 +463,21 @@ class CandidateEvaluation:
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
             log=str(self.log), eval_seconds=seconds, phase_seconds=dict(self.phases),
         )
+
+
+FAST_TAIL_MAX = 256
+
+
+def fast_tail(replies: list[dict], q: float) -> list[tuple[int, int]]:
+    """The timed calls (batch, call) at or under twice the speedup's quantile, fastest first, at most
+    FAST_TAIL_MAX: a speedup read at a low quantile rests on the fastest calls, so every one of them is
+    verified, not a random sample that a candidate wrong on one call in eight would pass one time in eight."""
+    timed = sorted((us, b, i) for b, r in enumerate(replies)
+                   for us, i in zip(r["device_us"], r.get("sample_calls") or []))
+    if not timed:
+        return []
+    limit = quantile([us for us, _, _ in timed], min(2 * q, 0.5))
+    return [(b, i) for us, b, i in timed if us <= limit][:FAST_TAIL_MAX]
 
 
 def round_loop(loop: dict, k: int, n: int) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 from .records import RecordWriter
 
 PROTECTED = ("harness", "problems", "configs", "run_eval.py")
+KEPT_DIR = "times"
 RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summary.json"}
 
 
@@ -32,6 +33,8 @@ class TreeGuard:
         self.saved = {p: p.read_bytes() for p in self._files()}
         self.hashes = {p: hashlib.sha256(b).hexdigest() for p, b in self.saved.items()}
         self.allowed_logs: set[str] = set()
+        kept = out_dir / KEPT_DIR  # a resumed run's earlier files are the judge's too
+        self.kept: dict[str, bytes] = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} if kept.is_dir() else {}
         self._lock = threading.Lock()
 
     def _files(self) -> list[Path]:
@@ -45,6 +48,15 @@ class TreeGuard:
 
     def allow_log(self, name: str) -> None:
         self.allowed_logs.add(name)
+
+    def keep(self, name: str, data: bytes) -> Path:
+        """Write a file of the judge's own under the run's `times` folder; it must read the same at every check."""
+        path = self.out_dir / KEPT_DIR / name
+        with self._lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            self.kept[name] = data
+        return path
 
     def check(self) -> list[str]:
         """Undo every change found; return what was changed, as paths relative to the repo or run."""
@@ -71,7 +83,7 @@ class TreeGuard:
             return found
         quarantine = self.out_dir / "quarantine"
         for p in self.out_dir.iterdir():
-            if p.name in RESULT_FILES or p.name in ("logs", "quarantine"):
+            if p.name in RESULT_FILES or p.name in ("logs", "quarantine", KEPT_DIR):
                 continue
             found.append(self._rel(p))
             quarantine.mkdir(exist_ok=True)
@@ -83,6 +95,17 @@ class TreeGuard:
                     found.append(self._rel(p))
                     quarantine.mkdir(exist_ok=True)
                     shutil.move(str(p), quarantine / p.name)
+        kept = self.out_dir / KEPT_DIR
+        if kept.is_dir():
+            for p in kept.iterdir():
+                if self.kept.get(p.name) is None or not p.is_file() or p.read_bytes() != self.kept[p.name]:
+                    found.append(self._rel(p))
+                    quarantine.mkdir(exist_ok=True)
+                    shutil.move(str(p), quarantine / f"{KEPT_DIR}.{p.name}")
+        for name, data in self.kept.items():
+            if not (kept / name).is_file():
+                kept.mkdir(parents=True, exist_ok=True)
+                (kept / name).write_bytes(data)
         return found
 
     def _rel(self, p: Path) -> str:

@@ -23,6 +23,8 @@ class Record:
     speedup: float | None = None
     speedup_compile: float | None = None
     speedup_rounds: int | None = None
+    rounds: list[dict] | None = None
+    times_file: str | None = None
     time_us: float | None = None
     gpu_time_us: float | None = None
     ref_time_us: float | None = None

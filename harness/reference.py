@@ -19,7 +19,7 @@ import torch
 from .build import builds_frozen
 from .check import tensor_from_bytes
 from .config import Shape
-from .stats import Measurement, summarize
+from .stats import Measurement, Round, summarize
 from .verdict import Calibration
 from .workers import WorkerGone, WorkerHandle
 
@@ -204,15 +204,17 @@ class ReferenceRunner:
                 t.error = f"graph: {e}"
         return t
 
-    def time_round(self, shape: Shape, base_seed: int, loop: dict, min_bytes: int) -> tuple[list[float], list[float]]:
-        """One short eager timing and one of the copy floor, for a round paired with a candidate's
-        (stats.paired_ratio)."""
+    def time_round(self, shape: Shape, base_seed: int, loop: dict, min_bytes: int) -> Round:
+        """Short timings of the eager reference, an empty launch and the copy floor, for a round paired with a
+        candidate's (stats.pooled_ratio). The candidate's calls go in later."""
         with self.lock:
             self._setup(shape, False)
             eager = self._ask("time", base_seed=base_seed, loop=loop, verify=False)["device_us"]
+            launch = self._ask("time", base_seed=base_seed, loop=phase_loop(loop), verify=True,
+                               floor="launch")["device_us"]
             copy = self._ask("time", base_seed=base_seed, loop=loop, verify=True, floor="copy",
                              floor_bytes=min_bytes)["device_us"] if min_bytes else []
-        return list(eager), list(copy)
+        return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
 
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
@@ -230,6 +232,11 @@ def short_loop(loop: dict) -> dict:
     """A shorter timing loop (fewer runs, a smaller budget): for CUDA-graph replays, whose launch gaps are
     gone, and for the floors' stand-ins."""
     return dict(loop, min_runs=min(loop["min_runs"], 10), budget_s=min(loop["budget_s"], 0.5))
+
+
+def phase_loop(loop: dict) -> dict:
+    """The empty launch that says which phase the host is in during a round: a few milliseconds."""
+    return dict(loop, warmup_ms=min(loop["warmup_ms"], 2.0), min_runs=10, max_runs=40, budget_s=0.01)
 
 
 def log_path(log_dir: Path, lane: int) -> Path:

@@ -63,9 +63,11 @@ def caption(device: str, device_name: str, metric: str) -> str:
     how = ("CUDA events around each call, L2 flushed before each" if device == "cuda"
            else "monotonic host clock around each call, caches flushed before each")
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
-            f"speedup: reference eager median / candidate median ({metric}), the median over rounds timed in "
-            "turn where speedup_rounds says so; vs compile: torch.compile reference. "
-            "x copy: time_us / a copy of the same bytes timed the same way (floor_copy_us), paired by rounds too.")
+            f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' 10th percentile "
+            "(timing.speedup_quantile) over the candidate's, every call of each side pooled over rounds timed in "
+            "turn (record 'rounds' has each round); else reference median / candidate median; vs compile: "
+            "torch.compile reference. x copy: the candidate over a copy of the same bytes timed the same way "
+            "(floor_copy_us), by rounds too.")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:

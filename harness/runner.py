@@ -372,7 +372,7 @@ class Runner:
         ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
                           scratch=self.scratch, log_dir=self.logs,
                           device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
-                          turn=ref.turn,
+                          turn=ref.turn, keep=self.guard.keep,
                           poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
         try:
             while True:

@@ -62,18 +62,36 @@ def converged(times_us: Sequence[float], target_rse: float, min_runs: int) -> bo
     return len(times_us) >= min_runs and rse(times_us) <= target_rse
 
 
-def paired_ratio(pairs: Sequence[tuple[Sequence[float], Sequence[float]]]) -> float | None:
-    """Median over pairs of (median of the first / median of the second), each pair timed back to back:
-    a host that slows both for a while (seen on the H200 host: every host-bound time x1.8 for seconds)
-    moves the pair together, so the ratio holds where the two pooled medians would not. Speedup:
-    (reference, candidate) pairs; time over a copy: (candidate, copy)."""
-    ratios = []
-    for num, den in pairs:
-        if num and den:
-            d = quantile(sorted(den), 0.5)
-            if d > 0:
-                ratios.append(quantile(sorted(num), 0.5) / d)
-    return quantile(sorted(ratios), 0.5) if ratios else None
+@dataclass(frozen=True)
+class Round:
+    """One paired round (us): the candidate's timed calls, then, with the candidate stopped, short timings of
+    the eager reference, of an empty launch (the host's phase) and of a copy of the same bytes."""
+
+    reference: tuple[float, ...]
+    candidate: tuple[float, ...]
+    copy: tuple[float, ...] = ()
+    launch: tuple[float, ...] = ()
+
+    def medians(self) -> dict:
+        return {k: (round(quantile(sorted(v), 0.5), 3) if v else None)
+                for k, v in (("reference_us", self.reference), ("time_us", self.candidate),
+                             ("copy_us", self.copy), ("launch_us", self.launch))}
+
+
+def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]], q: float) -> float | None:
+    """q-quantile of every call of the first side over the q-quantile of every call of the second, each
+    pooled over rounds that alternate the two sides. The H200 host has phases, from one round long to longer
+    than a shape's whole timing (4.7 s seen), in which every host-bound time is up to 2.5 times as long;
+    both sides see them, in different shares. A low quantile reads each side in the host's fast phase as
+    long as a tenth of its calls ran there: recomputed over the raw times of 5 separate evaluations it gave
+    speedup CVs of 4.2% (seed), 3.7% (wide) and 1.0% (mixtral) where the median of per-round median ratios
+    gave 14.2%, 3.5% and 2.7% (docs/benchmarks.md, sixth session)."""
+    a = sorted(x for xs in num for x in xs)
+    b = sorted(x for xs in den for x in xs)
+    if not a or not b:
+        return None
+    d = quantile(b, q)
+    return quantile(a, q) / d if d > 0 else None
 
 
 def geomean(xs: Iterable[float | None]) -> float | None:

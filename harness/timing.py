@@ -31,6 +31,7 @@ class Sample:
     device_us: float
     host_us: float
     span_us: float
+    call: int = -1
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
             if (now - start) * 1e3 >= s.warmup_ms and i >= 1:
                 measure_start = now
         elif counted:
+            sample.call = i
             samples.append(sample)
             x = sample.device_us
             total += x

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .check import Comparison
-from .stats import Measurement
+from .stats import Measurement, Round
 
 STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
 
@@ -88,7 +88,8 @@ class Evidence:
     patched: set[str] = field(default_factory=set)
     checks: list[CheckOutcome] = field(default_factory=list)
     timing: Measurement | None = None
-    rounds: list[tuple[list[float], list[float], list[float]]] = field(default_factory=list)  # reference, candidate, copy us
+    rounds: list[Round] = field(default_factory=list)
+    times_file: str | None = None
     host_gap_us: float | None = None
     device_exceeds_host: bool = False
     timing_thread_growth: bool = False

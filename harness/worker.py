@@ -433,11 +433,14 @@ class Worker:
         info["native_threads"] = native_threads()
         return info
 
+    def _ensure_device(self) -> None:
+        if self.watch is None:
+            self._init_device()
+
     def cmd_device(self, frames) -> dict:
         """Start the device in a spare, before any candidate is in it: the harness sends this inside the
         device's turn, so the context is never created while another process is being timed."""
-        if self.watch is None:
-            self._init_device()
+        self._ensure_device()
         return {}
 
     def cmd_log(self, frames, path: str) -> dict:
@@ -453,8 +456,7 @@ class Worker:
         """Move to the lane's timing core (spares start elsewhere), start the device, poison free memory,
         then import the candidate."""
         self._pin(cores)
-        if self.watch is None:
-            self._init_device()
+        self._ensure_device()
         self._poison_free_memory(poison_bytes)
         module = import_candidate(path)
         self.cls = getattr(module, "ModelNew", None)
@@ -612,7 +614,8 @@ class Worker:
                                              timing.LoopSettings(**loop))
         feed.settle()
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
-                "span_us": [s.span_us for s in samples], "unsampled": unsampled,
+                "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples],
+                "unsampled": unsampled,
                 "calls": self._calls_json(feed.calls), "threads": [threads_before, native_threads()],
                 "extra_py_threads": self.extra_threads()}
 

@@ -1,6 +1,8 @@
 """The adversarial suite on the CPU: one cheat per class, each caught with its flag (docs/integrity.md)."""
 
 import hashlib
+import json
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,7 @@ def adversarial(run_eval):
     ("replay_pointer", "replayed_output"),          # 1
     ("replay_shape", "replayed_output"),            # 1
     ("count_switch", "timed_output_mismatch"),      # 2
+    ("fast_tail", "timed_output_mismatch"),         # 2: every one of the fastest calls is verified
     ("mutate_input", "input_mutated"),              # 3
     ("patch_timer", "patched_runtime"),             # 5
     ("subclass_output", "not_plain_tensor"),        # 6
@@ -76,6 +79,11 @@ def test_forgery_leaves_no_trace(adversarial):
     assert adversarial.tree_before == adversarial.tree_after
     assert not adversarial.forged_file_left
     assert not (adversarial.out / "extra.txt").exists()
+    assert not (adversarial.out / "times" / "forged.json").exists()
+    kept = [r for r in adversarial.records if r.get("times_file")]
+    assert kept, "no record kept its raw times"
+    for r in kept:  # the judge's raw times read as it wrote them, whatever the cheat overwrote
+        assert len(json.loads(Path(r["times_file"]).read_text())) == len(r["rounds"]) > 0
     forged = [r for r in adversarial.records if r["solution"] == "forge_results" and r["status"] == "correct"]
     assert forged == []
     log = (adversarial.out / "logs" / "forge_results.log").read_text()

@@ -56,6 +56,7 @@ def test_defaults_fill_in(tmp_path):
     ("build: {timeout_s: -5}", "build.timeout_s"),
     ("timing: {min_runs: 50, max_runs: 10}", "timing.max_runs"),
     ("timing: {rounds: 0}", "timing.rounds"),
+    ("timing: {speedup_quantile: 0.9}", "timing.speedup_quantile"),
 ])
 def test_bad_values_name_the_key(tmp_path, extra, needle):
     with pytest.raises(UsageError) as e:

@@ -2,7 +2,17 @@ import math
 
 import pytest
 
-from harness.stats import converged, fast_p, geomean, mean_cv, paired_ratio, quantile, rse, summarize
+from harness.stats import (
+    Round,
+    converged,
+    fast_p,
+    geomean,
+    mean_cv,
+    pooled_ratio,
+    quantile,
+    rse,
+    summarize,
+)
 
 
 def test_summarize_keeps_median_iqr_min_and_count_together():
@@ -52,18 +62,21 @@ def test_mean_cv():
     assert cv == pytest.approx(math.sqrt(2) / 10)
 
 
-def test_paired_ratio_holds_when_the_host_slows_both_sides_for_a_while():
-    fast = ([90.0] * 9, [30.0] * 2)  # a round in a fast phase: more reference calls than candidate calls fit
-    slow = ([180.0] * 2, [60.0] * 9)  # a slow phase, the other way round
-    rounds = [fast, slow, fast]
-    pooled_ref = sorted(x for r, _ in rounds for x in r)
-    pooled_cand = sorted(x for _, c in rounds for x in c)
-    assert quantile(pooled_ref, 0.5) / quantile(pooled_cand, 0.5) == pytest.approx(1.5)  # what pooling gives
-    assert paired_ratio(rounds) == pytest.approx(3.0)
+def test_low_quantile_reads_both_sides_in_the_fast_phase_whatever_their_shares():
+    fast_ref, slow_ref = [90.0] * 9, [180.0] * 2  # the reference: mostly timed in a fast phase
+    fast_cand, slow_cand = [30.0] * 2, [60.0] * 9  # the candidate: mostly in a slow one
+    ref, cand = [fast_ref, slow_ref], [fast_cand, slow_cand]
+    assert pooled_ratio(ref, cand, 0.5) == pytest.approx(1.5)  # medians compare phases, not kernels
+    assert pooled_ratio(ref, cand, 0.1) == pytest.approx(3.0)
 
 
-def test_paired_ratio_is_the_median_ratio_and_skips_empty_rounds():
-    rounds = [([10.0], [5.0]), ([30.0], [10.0]), ([40.0], [10.0]), ([], [1.0]), ([5.0], [])]
-    assert paired_ratio(rounds) == 3.0
-    assert paired_ratio([([1.0], [])]) is None
-    assert paired_ratio([]) is None
+def test_pooled_ratio_pools_rounds_and_needs_both_sides():
+    assert pooled_ratio([[4.0], [2.0, 6.0]], [[1.0, 3.0], [2.0]], 0.5) == pytest.approx(2.0)
+    assert pooled_ratio([[1.0]], [[]], 0.1) is None
+    assert pooled_ratio([], [[1.0]], 0.1) is None
+    assert pooled_ratio([[1.0]], [[0.0]], 0.1) is None
+
+
+def test_round_medians_name_each_figure():
+    r = Round(reference=(3.0, 1.0, 2.0), candidate=(1.0,), copy=(), launch=(4.0, 6.0))
+    assert r.medians() == {"reference_us": 2.0, "time_us": 1.0, "copy_us": None, "launch_us": 5.0}

@@ -113,6 +113,14 @@ __device__ __forceinline__ void store(V* p, const V& v) {
 #endif
 }
 
+// The row count for the host (mapped host memory), written once per launch by the grid's first thread.
+__device__ __forceinline__ void publish_count(volatile int* count_out, int total) {
+    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+        *count_out = total;
+        __threadfence_system();
+    }
+}
+
 // Destination row of token t, or -1 when its indices land outside [0, limit): such tokens are skipped.
 __device__ __forceinline__ int64_t dest_of(int64_t t, const int* __restrict__ expert_idx,
                                            const int* __restrict__ slot_idx, const int* __restrict__ offsets,
@@ -132,10 +140,7 @@ __global__ void __launch_bounds__(THREADS) scatter_rows(
         volatile int* count_out, int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs,
         int threads_per_row) {
     const int total = __ldg(offsets + num_experts);
-    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-        *count_out = total;
-        __threadfence_system();
-    }
+    publish_count(count_out, total);
     const int rows_per_block = THREADS / threads_per_row;
     const int lane = threadIdx.x % threads_per_row;
     const int64_t limit = min(capacity, (int64_t)total);
@@ -223,10 +228,7 @@ __global__ void __launch_bounds__(THREADS) scatter_flat(
         const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* __restrict__ owner,
         volatile int* count_out, int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs) {
     const int total = __ldg(offsets + num_experts);
-    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-        *count_out = total;
-        __threadfence_system();
-    }
+    publish_count(count_out, total);
     const int64_t limit = min(capacity, (int64_t)total);
     const int64_t all = num_tokens * row_vecs;
     constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
@@ -257,10 +259,7 @@ __global__ void __launch_bounds__(THREADS) mark_owners(
         int64_t capacity) {
     release_dependents();
     const int total = __ldg(offsets + num_experts);
-    if (count_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
-        *count_out = total;
-        __threadfence_system();
-    }
+    publish_count(count_out, total);
     const int64_t limit = min(capacity, (int64_t)total);
     for (int64_t t = (int64_t)blockIdx.x * THREADS + threadIdx.x; t < num_tokens; t += (int64_t)gridDim.x * THREADS) {
         const int64_t d = dest_of(t, expert_idx, slot_idx, offsets, num_experts, limit);

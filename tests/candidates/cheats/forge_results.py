@@ -24,6 +24,11 @@ def _forge():
                 f.write(json.dumps({"solution": "forge_results", "status": "correct", "speedup": 100.0}) + "\n")
             (out / "summary.md").write_text("forge_results: 100x\n")
             (out / "extra.txt").write_text("forged\n")
+            times = out / "times"
+            times.mkdir(exist_ok=True)
+            for kept in times.glob("*.json"):
+                kept.write_text("[]")
+            (times / "forged.json").write_text("[]")
 
 
 class ModelNew(torch.nn.Module):
