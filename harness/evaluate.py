@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import secrets
 import statistics
 import threading
@@ -469,15 +470,17 @@ FAST_TAIL_MAX = 256
 
 
 def fast_tail(replies: list[dict], q: float) -> list[tuple[int, int]]:
-    """The timed calls (batch, call) at or under twice the speedup's quantile, fastest first, at most
-    FAST_TAIL_MAX: a speedup read at a low quantile rests on the fastest calls, so every one of them is
-    verified, not a random sample that a candidate wrong on one call in eight would pass one time in eight."""
+    """The timed calls (batch, call) at or under twice the speedup's quantile, fastest first: a speedup read
+    at a low quantile rests on the fastest calls, so every one of them is verified, not a random sample that
+    a candidate wrong on one call in eight would pass one time in eight. At most FAST_TAIL_MAX, or more when
+    that many would not reach past the quantile itself."""
     timed = sorted((us, b, i) for b, r in enumerate(replies)
                    for us, i in zip(r["device_us"], r.get("sample_calls") or []))
     if not timed:
         return []
     limit = quantile([us for us, _, _ in timed], min(2 * q, 0.5))
-    return [(b, i) for us, b, i in timed if us <= limit][:FAST_TAIL_MAX]
+    cap = max(FAST_TAIL_MAX, math.ceil(q * len(timed)) + 1)
+    return [(b, i) for us, b, i in timed if us <= limit][:cap]
 
 
 def round_loop(loop: dict, k: int, n: int) -> dict:

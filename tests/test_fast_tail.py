@@ -18,4 +18,5 @@ def test_the_tail_follows_the_sample_call_indices_not_the_sample_order():
 def test_the_tail_is_capped_and_empty_without_samples():
     many = [{"device_us": [1.0] * (3 * FAST_TAIL_MAX), "sample_calls": list(range(3 * FAST_TAIL_MAX))}]
     assert len(fast_tail(many, 0.1)) == FAST_TAIL_MAX
+    assert len(fast_tail(many, 0.5)) == 3 * FAST_TAIL_MAX // 2 + 1  # never short of the quantile itself
     assert fast_tail([{"device_us": [], "sample_calls": []}], 0.1) == []
