@@ -17,10 +17,11 @@ from pathlib import Path
 from _common import REPO, md_table, records, run_eval, run_json
 
 sys.path.insert(0, str(REPO))
+from harness.config import load_config  # noqa: E402
 from harness.stats import mean_cv  # noqa: E402
 
 
-def render(per_shape: dict, device: str, name: str, runs: int) -> str:
+def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) -> str:
     """The table so far: printed after every evaluation, so a cut-short session still leaves one."""
     rows = []
     for shape, d in per_shape.items():
@@ -34,9 +35,9 @@ def render(per_shape: dict, device: str, name: str, runs: int) -> str:
         acv = f"{100 * mean_cv(d['all_rounds'])[1]:.2f}%" if len(d["all_rounds"]) == len(d["speedup"]) else ""
         rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", acv, f"{tm:.1f}", f"{100 * tcv:.2f}%",
                      f"{100 * rcv:.2f}%", f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
-    return (f"\n{runs} separate evaluations of {name} on {device}; a record's speedup is its reference's 10th percentile over its candidate's (timing.speedup_quantile), "
-            "every call of each side pooled over the rounds; 'CV, median ratio' is that of the median over a run's "
-            "rounds of the per-round ratio of medians, the estimator before (L2 or cache flushed before each call).\n\n"
+    return (f"\n{runs} separate evaluations of {name} on {device}; a record's speedup is its reference's "
+            f"{quantile:g} quantile over its candidate's (timing.speedup_quantile), every call of each side pooled "
+            "over the rounds; 'CV, median ratio' is that of the median over a run's rounds of the per-round ratio of medians, the estimator before (L2 or cache flushed before each call).\n\n"
             + md_table(["shape", "runs", "speedup mean", "speedup CV", "CV, median ratio", "time us mean", "time CV",
                         "reference time CV", "target"], rows))
 
@@ -75,6 +76,7 @@ def main() -> None:
     overrides = {k: v for k, v in (("rounds", args.rounds), ("budget_s", args.budget),
                                    ("speedup_quantile", args.quantile)) if v is not None}
     config = lean_config(Path(args.config), base, overrides)
+    quantile = load_config(config).timing.speedup_quantile
     per_shape: dict[str, dict[str, list[float]]] = {}
     device = ""
     for i in range(args.runs):
@@ -94,7 +96,7 @@ def main() -> None:
                 d["time_us"].append(r["time_us"])
                 d["ref"].append(r["ref_time_us"])
         print(f"run {i}: {wall:.0f} s, exit {rc}", flush=True)
-        print(render(per_shape, device, Path(args.solution).name, i + 1), flush=True)
+        print(render(per_shape, device, Path(args.solution).name, i + 1, quantile), flush=True)
 
 
 if __name__ == "__main__":

@@ -59,12 +59,12 @@ def summary(records: list[Record]) -> dict:
     }
 
 
-def caption(device: str, device_name: str, metric: str) -> str:
+def caption(device: str, device_name: str, metric: str, quantile: float) -> str:
     how = ("CUDA events around each call, L2 flushed before each" if device == "cuda"
            else "monotonic host clock around each call, caches flushed before each")
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
-            f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' 10th percentile "
-            "(timing.speedup_quantile) over the candidate's, every call of each side pooled over rounds timed in "
+            f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' {quantile:g} "
+            "quantile (timing.speedup_quantile) over the candidate's, every call of each side pooled over rounds timed in "
             "turn (record 'rounds' has each round); else reference median / candidate median; vs compile: "
             "torch.compile reference. x copy: the candidate over a copy of the same bytes timed the same way "
             "(floor_copy_us), by rounds too.")

@@ -244,7 +244,8 @@ class Runner:
                     r.worker.close()
         self._write_run_json(arch, toolchain, final=True)
         records = self.writer.records
-        note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric)
+        note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
+                              plan.config.timing.speedup_quantile)
         report.write_files(records, self.out, note)
         report.print_table(records, self.console, f"{plan.problem.name}: {len(records)} records", note)
         for e in self.errors:
