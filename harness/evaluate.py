@@ -266,14 +266,13 @@ class CandidateEvaluation:
         offsets = [sum(n for _, _, n in batches[:b]) for b in range(len(batches))]
         out = []
         for b, i in sample:
-            base, calls, _ = batches[b]
-            mine = calls.get(str(i))
+            mine = batches[b][1].get(str(i))
             want = fps[seeds[(b, i)]]
             if not isinstance(mine, list) or len(mine) != 3:
                 out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=False))
                 continue
             ok = fingerprint_matches(want, mine, tols)
-            replay = not ok and self._replayed(shape, base, calls, i, mine[0], projection)
+            replay = not ok and self._replayed(shape, batches, b, i, mine[0], projection)
             out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=ok, replay=replay,
                                          input_mutated=mine[2] != want[2]))
         return out
@@ -319,14 +318,16 @@ class CandidateEvaluation:
         except OSError:
             return None
 
-    def _replayed(self, shape: Shape, base: int, calls: dict, i: int, got: list, projection: bool) -> bool:
+    def _replayed(self, shape: Shape, batches: list[tuple[int, dict, int]], b: int, i: int, got: list,
+                  projection: bool) -> bool:
         """A wrong timed output that is the right answer for another input the candidate has seen (a check
-        seed, the previous call, or another timed call that returned the same output) is a replay."""
+        seed, the previous call, or another timed call of any batch that returned the same output: a replay's
+        source is often in an earlier round) is a replay."""
         others = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
-        same = [int(j) for j, c in calls.items() if int(j) != i and isinstance(c, list) and c[0] == got]
-        others += [derive(base, j) for j in same[:8]]
+        others += [derive(base, int(j)) for c, (base, calls, _) in enumerate(batches) for j, fp in calls.items()
+                   if (c, int(j)) != (b, i) and isinstance(fp, list) and fp[0] == got][:8]
         if i > 0:
-            others.append(derive(base, i - 1))
+            others.append(derive(batches[b][0], i - 1))
         fps = self.lane.ref.fingerprints(self.lane.store, shape, others, projection)
         return any(fps[s][0] == got for s in others)
 
