@@ -21,7 +21,7 @@ from _common import REPO, md_table
 sys.path.insert(0, str(REPO))
 from harness.stats import mean_cv, quantile  # noqa: E402
 
-QUANTILES = (0.1, 0.25, 0.5)
+QUANTILES = (0.02, 0.05, 0.1, 0.25, 0.5)
 
 
 def q(xs, p: float) -> float:
@@ -52,6 +52,9 @@ def main() -> None:
             rounds = json.loads(path.read_text())
             d = per.setdefault(r["shape"], {"record": []})
             d["record"].append(r["speedup"])
+            for side in ("reference", "candidate", "copy"):
+                d.setdefault(f"{side} calls per round", []).append(
+                    sum(len(x[side]) for x in rounds) / max(1, len(rounds)))
             for k, v in estimates(rounds).items():
                 d.setdefault(k, []).append(v)
     for shape, d in per.items():

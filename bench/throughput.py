@@ -56,9 +56,11 @@ def main() -> None:
     print(f"\none cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
           f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
     print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
-    for label, out in (("cold", out_cold), ("warm", out_warm)):
+    for label, wall, out in (("cold", wall_cold, out_cold), ("warm", wall_warm, out_warm)):
         print(f"\n{label} batch: where the time went\n")
         print(breakdown(run_json(out), records(out)))
+        print(f"\n{label} batch: timeline (s since run_eval.py started; whole run {wall:.1f} s)\n")
+        print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run_json(out).get("timeline_s") or {}).items()]))
 
 
 def breakdown(run: dict, recs: list[dict]) -> str:

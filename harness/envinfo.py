@@ -42,3 +42,13 @@ def host_info(repo: Path) -> dict:
         "driver": nvidia_driver(),
         "git_commit": git_commit(repo),
     }
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux): what the run's timeline counts from, imports included."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None

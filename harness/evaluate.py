@@ -93,10 +93,13 @@ class SparePool:
                 self._start()
 
     def take(self) -> WorkerHandle | None:
+        """The first spare that is ready, else the oldest once it is (a spare can wait long for the device's
+        turn while another, started later, is ready)."""
         with self.lock:
             if not self.slots:
                 self._start()
-            t, box = self.slots.pop(0)
+            ready = [k for k, (t, _) in enumerate(self.slots) if not t.is_alive()]
+            t, box = self.slots.pop(ready[0] if ready else 0)
         t.join()
         self.prime()
         return box[0]

@@ -14,6 +14,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from concurrent.futures import as_completed
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from .build import (
     snapshot_candidate,
     toolchain_id,
 )
-from .envinfo import host_info
+from .envinfo import host_info, process_age_s
 from .evaluate import (
     INIT_TIMEOUT_S,
     CandidateEvaluation,
@@ -70,6 +71,12 @@ class Runner:
         self.calibrations: dict[int, object] = {}
         self.builds: dict[str, BuildResult] = {}
         self.errors: list[str] = []
+        self.timeline: dict[str, float] = {}
+        self._t0 = time.monotonic() - (process_age_s() or 0.0)
+
+    def _mark(self, event: str) -> None:
+        """Seconds since the process started, for run.json's timeline: where a batch's wall time goes."""
+        self.timeline[event] = round(time.monotonic() - self._t0, 2)
 
     # -- set-up --------------------------------------------------------------------------------
     def _scratch(self) -> Path:
@@ -174,7 +181,9 @@ class Runner:
             t_build = progress.add_task("build", total=len(cands))
             t_eval = progress.add_task("evaluate", total=n_records)
 
+            self._mark("runner_started")
             refs = self._start_references(lane_cores, toolchain)
+            self._mark("references_started")
             arch = self.lane_info[0].get("capability") if plan.device == "cuda" else None
             self._write_run_json(arch, toolchain)
 
@@ -237,8 +246,10 @@ class Runner:
             finally:
                 for _ in lanes:
                     work.put(None)
+                self._mark("builds_done")
                 for t in lanes:
                     t.join()
+                self._mark("evaluations_done")
                 pool.shutdown()
                 for r in refs:
                     r.worker.close()
@@ -326,6 +337,8 @@ class Runner:
                 for lane, timings in self.ref_timings.items()}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
             data["warnings"] = self.errors
+            self._mark("run_json")
+            data["timeline_s"] = dict(self.timeline)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         tmp.replace(self.out / "run.json")
@@ -338,18 +351,6 @@ class Runner:
         lane_env = dict(env)
         if plan.device == "cuda":
             lane_env["CUDA_VISIBLE_DEVICES"] = plan.lanes[i]
-        calibration = ref.calibrate(info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
-        self.calibrations[i] = calibration
-        timings: dict[str, RefTiming] = {}
-        self.ref_timings[i] = timings
-        for shape in plan.shapes:
-            if i == 0:
-                self.store.put(ref.outputs(shape))
-            ref_shape = self.store.get(shape.name)
-            if ref_shape.error is None:
-                timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
-            progress.advance(t_ref)
-
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
                      "device_now": False}
@@ -369,18 +370,34 @@ class Runner:
             return w
 
         spares = SparePool(make_spare, size=1 if cores is None else SPARE_WORKERS)
-        spares.prime()
-        ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings, calibration=calibration,
-                          scratch=self.scratch, log_dir=self.logs,
-                          device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
-                          turn=ref.turn, keep=self.guard.keep,
-                          poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
         try:
+            if cores is not None:
+                spares.prime()  # spares import torch on the build cores while the reference works on the lane's
+            calibration = ref.calibrate(info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
+            self.calibrations[i] = calibration
+            timings: dict[str, RefTiming] = {}
+            self.ref_timings[i] = timings
+            for shape in plan.shapes:
+                if i == 0:
+                    self.store.put(ref.outputs(shape))
+                ref_shape = self.store.get(shape.name)
+                if ref_shape.error is None:
+                    timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
+                progress.advance(t_ref)
+            spares.prime()
+            self._mark(f"lane{i}_reference_done")
+            ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings,
+                              calibration=calibration, scratch=self.scratch, log_dir=self.logs,
+                              device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
+                              turn=ref.turn, keep=self.guard.keep,
+                              poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
             while True:
                 item = work.get()
                 if item is None:
                     break
                 cand, build = item
+                if f"lane{i}_first_candidate" not in self.timeline:
+                    self._mark(f"lane{i}_first_candidate")
                 found = findings[cand.name]
                 kw = self._static_kwargs(found)
                 with self.lock:

@@ -104,3 +104,46 @@ def test_a_reused_output_buffer_switches_to_fingerprinting_each_call_as_it_retur
     assert feed.calls[1] == OVERWRITTEN  # held when call 2 rewrote the same storage
     for i in (0, 2, 3, 4, 5):
         assert feed.calls[i][0].tolist() == [expect[i]], i
+
+
+def test_the_reference_cycles_its_first_batch_and_each_pass_ends_like_a_batch():
+    draws: list[int] = []
+    feed = TimedFeed(fake_worker(draws), BASE, projection=False, reuse=True)
+    counted, outs = [], {}
+    for i in range(3 * STOCK_SETS + 1):
+        args, ok = feed.take(i)
+        want = fake_worker([]).inputs(derive(BASE, 1 + (i - 1) % STOCK_SETS if i else 0))[0]
+        assert torch.equal(args[0], want), i  # never poisoned: the stock is the judge's own
+        counted.append(ok)
+        outs[i] = args[0] * 2
+        feed.hold(i, args, outs[i])
+    assert draws == [derive(BASE, i) for i in range(STOCK_SETS + 1)]  # one batch, never drawn again
+    passes = {1, 1 + STOCK_SETS, 1 + 2 * STOCK_SETS}
+    assert [i for i, ok in enumerate(counted) if not ok] == [0, *sorted(passes)]
+    last = 1 + 2 * STOCK_SETS  # starting the third pass settled every call before it
+    assert set(feed.calls) == set(range(last))
+    assert torch.isnan(outs[last - 1]).all() and not torch.isnan(outs[last]).any()
+
+
+def test_candidate_workers_draw_fresh_inputs_and_the_reference_worker_reuses_them(monkeypatch):
+    """The role, set by the judge at init, decides: a candidate's calls each get inputs never seen before."""
+    from harness import worker as worker_mod
+
+    made = []
+    real = worker_mod.TimedFeed.__init__
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        made.append(self.reuse)
+
+    monkeypatch.setattr(worker_mod.TimedFeed, "__init__", spy)
+    for role, want in (("candidate", False), ("reference", True)):
+        w = worker_mod.Worker.__new__(worker_mod.Worker)
+        w.role, w.device, w.fp = role, "cpu", Fingerprinter(5, "cpu")
+        w.inputs = fake_worker([]).inputs
+        w.model = lambda x, n: x * n
+        w.clock = timing.CpuClock(1 << 16)
+        w.py_threads = set()
+        loop = {"warmup_ms": 0.0, "min_runs": 3, "max_runs": 3, "budget_s": 1.0, "target_rse": 0.0}
+        w.cmd_time([], base_seed=BASE, loop=loop, verify=False)
+        assert made[-1] is want, role

@@ -101,6 +101,34 @@ def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
     assert Fake.closed == 3 and len(starts) == 6
 
 
+def test_spare_pool_hands_out_a_ready_spare_before_an_older_one_still_starting():
+    """A spare can wait long for the device's turn; one started after it and ready is handed out first."""
+    import threading
+
+    from harness.evaluate import SparePool
+
+    release = threading.Event()
+    made = iter(range(100))
+
+    def make():
+        k = next(made)
+        if k == 0:
+            release.wait(5)
+        return k
+
+    pool = SparePool(make, size=2)
+    pool.prime()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    assert pool.take() == 1  # spare 0 is still waiting
+    time.sleep(0.1)
+    assert pool.take() == 2  # started on the first take, ready, and spare 0 still waiting
+    assert time.monotonic() - t0 < 0.5
+    release.set()
+    time.sleep(0.1)
+    assert pool.take() == 0  # ready now, and the oldest of those ready
+
+
 def _state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 

@@ -131,6 +131,14 @@ __device__ __forceinline__ int64_t dest_of(int64_t t, const int* __restrict__ ex
     return (d < 0 || d >= limit) ? -1 : d;
 }
 
+// Whether token o (an owner-map entry) really wrote row r: the map is never cleared, so an entry is only
+// trusted when that token's indices land on r.
+__device__ __forceinline__ bool owner_wrote(int64_t o, int64_t r, const int* __restrict__ expert_idx,
+                                            const int* __restrict__ slot_idx, const int* __restrict__ offsets,
+                                            int64_t num_tokens, int64_t num_experts, int64_t limit) {
+    return o >= 0 && o < num_tokens && dest_of(o, expert_idx, slot_idx, offsets, num_experts, limit) == r;
+}
+
 // One group of threads_per_row threads per token row. owner[dest] = t marks the row as written; the map
 // is never cleared: zero_unwritten accepts owner[r] only if that token really maps to r.
 template <typename V>
@@ -280,7 +288,7 @@ __device__ __forceinline__ void zero_row_block(
     bool unwritten = false;
     if (r < limit) {
         const int64_t o = __ldcg(owner + r);
-        unwritten = !(o >= 0 && o < num_tokens && dest_of(o, expert_idx, slot_idx, offsets, num_experts, limit) == r);
+        unwritten = !owner_wrote(o, r, expert_idx, slot_idx, offsets, num_tokens, num_experts, limit);
     }
     unsigned mask = __ballot_sync(0xffffffffu, unwritten);
     V zero;
@@ -337,7 +345,7 @@ __global__ void __launch_bounds__(THREADS) zero_unwritten(
     memset(&zero, 0, sizeof(V));
     for (int64_t r = (int64_t)blockIdx.x * warps + threadIdx.x / 32; r < limit; r += (int64_t)gridDim.x * warps) {
         const int64_t o = owner[r];
-        if (o >= 0 && o < num_tokens && dest_of(o, expert_idx, slot_idx, offsets, num_experts, limit) == r) continue;
+        if (owner_wrote(o, r, expert_idx, slot_idx, offsets, num_tokens, num_experts, limit)) continue;
         V* d = reinterpret_cast<V*>(dst + r * row_bytes);
         for (int64_t i = lane; i < row_vecs; i += 32) store(d + i, zero);
     }
