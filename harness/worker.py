@@ -260,7 +260,8 @@ class TimedFeed:
     the held outputs of its earlier calls: those calls are reported as OVERWRITTEN (the judge does not
     sample them) and every later call is fingerprinted, then poisoned, right after it returns.
 
-    With `reuse` (the reference worker's own timings: the judge's code, which needs no fresh inputs) the
+    With `reuse` (the reference worker's own timings, `timing.reference_inputs: reuse`: the judge's code,
+    which needs no fresh inputs) the
     first batch is kept and cycled through instead of drawing again: each pass ends the way a batch does
     (held outputs settled, the next call not sampled), so sampled calls run under the same conditions as a
     candidate's, without the draws that took most of a short loop's wall time (a seed-shape draw costs
@@ -331,6 +332,7 @@ class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
         self.role = "reference"
+        self.reuse_inputs = False
         self.device = "cpu"
         self.watch: RuntimeWatch | None = None
         self.cls: Any = None
@@ -406,11 +408,12 @@ class Worker:
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
-                 cores: list[int] | None = None, device_now: bool = True) -> dict:
+                 cores: list[int] | None = None, device_now: bool = True, reuse_inputs: bool = False) -> dict:
         """Everything that needs no device; the device itself too when device_now. A spare candidate worker
         starts without it and gets it from `device`, sent in the device's turn: a CUDA context created while
         another candidate is being timed on the same GPU would share the GPU with it and slow its timed calls."""
         self.role, self.device = role, device
+        self.reuse_inputs = reuse_inputs and role == "reference"
         self.fp_seed = fp_seed
         self._pin(cores)
         torch.set_grad_enabled(False)
@@ -557,7 +560,7 @@ class Worker:
         """For graph replays and the judge's clock, which need fixed buffers: call 0's inputs, and refill(i),
         which copies call i's inputs (drawn in batches by TimedFeed, each used once) into them and says
         whether call i may be sampled."""
-        feed = TimedFeed(self, base_seed, None, reuse=self.role == "reference")
+        feed = TimedFeed(self, base_seed, None, reuse=self.reuse_inputs)
         bufs, _ = feed.take(0)
         tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
 
@@ -614,7 +617,7 @@ class Worker:
             stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
             one = torch.zeros(1, device=self.device)
             model = lambda *_: stand_in(one)  # noqa: E731
-        feed = TimedFeed(self, base_seed, projection if verify else None, reuse=self.role == "reference")
+        feed = TimedFeed(self, base_seed, projection if verify else None, reuse=self.reuse_inputs)
         current: list = []
 
         def step(i: int):

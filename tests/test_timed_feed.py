@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import torch
 
+from conftest import REPO
 from harness import timing
 from harness.fingerprint import Fingerprinter
 from harness.seeds import derive
@@ -125,9 +126,14 @@ def test_the_reference_cycles_its_first_batch_and_each_pass_ends_like_a_batch():
     assert torch.isnan(outs[last - 1]).all() and not torch.isnan(outs[last]).any()
 
 
-def test_candidate_workers_draw_fresh_inputs_and_the_reference_worker_reuses_them(monkeypatch):
-    """The role, set by the judge at init, decides: a candidate's calls each get inputs never seen before."""
+def test_only_a_reference_worker_told_to_reuse_reuses_its_inputs(monkeypatch, tmp_path):
+    """The role and timing.reference_inputs, both set by the judge at init, decide: a candidate's calls each get
+    inputs never seen before, whatever it is told."""
+    import dataclasses
+
     from harness import worker as worker_mod
+    from harness.config import load_config
+    from harness.problem import read_problem
 
     made = []
     real = worker_mod.TimedFeed.__init__
@@ -137,13 +143,13 @@ def test_candidate_workers_draw_fresh_inputs_and_the_reference_worker_reuses_the
         made.append(self.reuse)
 
     monkeypatch.setattr(worker_mod.TimedFeed, "__init__", spy)
-    for role, want in (("candidate", False), ("reference", True)):
-        w = worker_mod.Worker.__new__(worker_mod.Worker)
-        w.role, w.device, w.fp = role, "cpu", Fingerprinter(5, "cpu")
-        w.inputs = fake_worker([]).inputs
-        w.model = lambda x, n: x * n
-        w.clock = timing.CpuClock(1 << 16)
-        w.py_threads = set()
-        loop = {"warmup_ms": 0.0, "min_runs": 3, "max_runs": 3, "budget_s": 1.0, "target_rse": 0.0}
+    src = dataclasses.asdict(read_problem(load_config(REPO / "configs" / "pack_tokens.yaml").problem))
+    loop = {"warmup_ms": 0.0, "min_runs": 3, "max_runs": 3, "budget_s": 1.0, "target_rse": 0.0}
+    for role, told, want in (("candidate", True, False), ("reference", True, True), ("reference", False, False)):
+        w = worker_mod.Worker(None)
+        w.cmd_init([], role=role, device="cpu", problem_src=src, fp_seed=5, cache_dir=str(tmp_path),
+                   reuse_inputs=told)
+        w.cls = w.ns["Model"]
+        w.cmd_setup([], params={"num_tokens": 64, "hidden_dim": 8, "num_experts": 4}, init_seed=1)
         w.cmd_time([], base_seed=BASE, loop=loop, verify=False)
-        assert made[-1] is want, role
+        assert made[-1] is want, (role, told)
