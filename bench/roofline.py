@@ -28,6 +28,7 @@ def table(out: Path) -> str:
     cal = run["calibration"]["0"]
     copy_gbps = cal["copy_gbps"]
     cal_seed_limit = 1.3 * (cal["empty_launch_us"] + cal["read_us"])
+    q = run["config"]["timing"].get("speedup_quantile", 0.1)
     rows = []
     for r in records(out):
         if r["status"] != "correct":
@@ -58,8 +59,8 @@ def table(out: Path) -> str:
     head = (f"GPU: {run['devices']['0'].get('gpu')}, torch {run['host']['torch']}. time: median us of `runs` timed "
             "calls, CUDA events, L2 flushed before each. copy, same loop: `floor_copy_us`, a device-to-device copy "
             "of the same bytes timed through the candidates' loop beside each round of the candidate's calls "
-            "(median us). time / copy: the record's `copy_ratio`, the median over rounds of the per-round ratio. "
-            "copy, back to back: "
+            f"(median us). time / copy: the record's `copy_ratio`, the candidate's {q:g} quantile over the copies' "
+            "(timing.speedup_quantile), every call of each side pooled over the rounds. copy, back to back: "
             f"bytes / the calibration's {copy_gbps:.0f} GB/s ({cal.get('copy_bytes', 2**31) / 2**30:.0f} GiB "
             f"copied). Calibration: empty launch {cal['empty_launch_us']:.1f} us, device-to-host read "
             f"{cal['read_us']:.1f} us.")

@@ -69,15 +69,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="override timing.rounds")
     ap.add_argument("--budget", type=float, default=None, help="override timing.budget_s")
     ap.add_argument("--quantile", type=float, default=None, help="override timing.speedup_quantile")
-    ap.add_argument("--reference-inputs", choices=("reuse", "fresh"), default=None,
-                    help="override timing.reference_inputs")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     base.mkdir(parents=True, exist_ok=True)
     overrides = {k: v for k, v in (("rounds", args.rounds), ("budget_s", args.budget),
-                                   ("speedup_quantile", args.quantile),
-                                   ("reference_inputs", args.reference_inputs)) if v is not None}
+                                   ("speedup_quantile", args.quantile)) if v is not None}
     config = lean_config(Path(args.config), base, overrides)
     quantile = load_config(config).timing.speedup_quantile
     per_shape: dict[str, dict[str, list[float]]] = {}

@@ -14,7 +14,6 @@ from .errors import UsageError
 
 STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
-REFERENCE_INPUTS = ("reuse", "fresh")  # the reference's own timings: cycle their first batch, or draw like a candidate
 DEVICES = ("cuda", "cpu")
 
 
@@ -56,7 +55,6 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    reference_inputs: str = "reuse"
 
 
 @dataclass(frozen=True)
@@ -224,7 +222,7 @@ def load_config(path: str | Path) -> Config:
 
     tim = top.sub("timing")
     tim.only(("target_rse", "warmup_ms", "min_runs", "max_runs", "budget_s", "speedup_metric",
-              "compile_reference", "graph", "rounds", "speedup_quantile", "reference_inputs"))
+              "compile_reference", "graph", "rounds", "speedup_quantile"))
     timing = TimingSettings(
         target_rse=tim.number("target_rse", 0.005, 0.0, 1.0, lo_open=True),
         warmup_ms=tim.number("warmup_ms", 25.0, 0.0),
@@ -236,7 +234,6 @@ def load_config(path: str | Path) -> Config:
         graph=tim.boolean("graph", True),
         rounds=tim.integer("rounds", 5, 1),
         speedup_quantile=tim.number("speedup_quantile", 0.1, 0.0, 0.5, lo_open=True),
-        reference_inputs=tim.choice("reference_inputs", "reuse", REFERENCE_INPUTS),
     )
     if timing.max_runs < timing.min_runs:
         tim.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)

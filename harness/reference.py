@@ -122,8 +122,7 @@ class ReferenceRunner:
 
     def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None) -> dict:
         return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
-                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores,
-                         reuse_inputs=self.plan.config.timing.reference_inputs == "reuse")
+                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores)
 
     def calibrate(self, cache_bytes: int) -> Calibration:
         cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)

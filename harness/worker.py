@@ -258,23 +258,13 @@ class TimedFeed:
 
     A candidate that returns the same storage from call to call (a reused output buffer) has overwritten
     the held outputs of its earlier calls: those calls are reported as OVERWRITTEN (the judge does not
-    sample them) and every later call is fingerprinted, then poisoned, right after it returns.
+    sample them) and every later call is fingerprinted, then poisoned, right after it returns."""
 
-    With `reuse` (the reference worker's own timings, `timing.reference_inputs: reuse`: the judge's code,
-    which needs no fresh inputs) the
-    first batch is kept and cycled through instead of drawing again: each pass ends the way a batch does
-    (held outputs settled, the next call not sampled), so sampled calls run under the same conditions as a
-    candidate's, without the draws that took most of a short loop's wall time (a seed-shape draw costs
-    about ten reference calls on the CPU)."""
-
-    def __init__(self, worker: Worker, base_seed: int, projection: bool | None, reuse: bool = False):
+    def __init__(self, worker: Worker, base_seed: int, projection: bool | None):
         self.w = worker
         self.base = base_seed
         self.verify = projection is not None
         self.projection = bool(projection)
-        self.reuse = reuse
-        self.stock: list[list] = []
-        self.stock_from = 0
         self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0))}
         self.in_bytes = tensor_bytes(self.sets[0])
         self.pending: list[tuple[int, list, list[torch.Tensor], set[int]]] = []  # call, inputs, outputs, storages
@@ -288,18 +278,11 @@ class TimedFeed:
 
     def take(self, i: int) -> tuple[list, bool]:
         """Call i's inputs, and whether call i may be sampled."""
-        if self.stock:
-            j = (i - self.stock_from) % len(self.stock)
-            if j == 0:
-                self.settle()
-            return self.stock[j], j != 0 or len(self.stock) == 1
         fresh = i not in self.sets
         if fresh:
             self.settle()
             self.k = self.k or self._batch_size()
             self.sets = {j: self.w.inputs(derive(self.base, j)) for j in range(i, i + self.k)}
-            if self.reuse:
-                self.stock, self.stock_from = [self.sets[j] for j in range(i, i + self.k)], i
         return self.sets.pop(i), i > 0 and (self.k == 1 or not fresh)
 
     def hold(self, i: int, args: list, out: Any) -> None:
@@ -324,7 +307,7 @@ class TimedFeed:
             fps = torch.stack([fp.exact(o) for o in outs])
             projs = torch.stack([fp.projection(o) for o in outs]) if self.projection else None
             self.calls[i] = (fps, projs, torch.stack([fp.exact(x) for x in ins]) if ins else None)
-            poison(outs if self.reuse else outs + ins)
+            poison(outs + ins)
         self.pending.clear()
 
 
@@ -332,7 +315,6 @@ class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
         self.role = "reference"
-        self.reuse_inputs = False
         self.device = "cpu"
         self.watch: RuntimeWatch | None = None
         self.cls: Any = None
@@ -408,12 +390,11 @@ class Worker:
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
-                 cores: list[int] | None = None, device_now: bool = True, reuse_inputs: bool = False) -> dict:
+                 cores: list[int] | None = None, device_now: bool = True) -> dict:
         """Everything that needs no device; the device itself too when device_now. A spare candidate worker
         starts without it and gets it from `device`, sent in the device's turn: a CUDA context created while
         another candidate is being timed on the same GPU would share the GPU with it and slow its timed calls."""
         self.role, self.device = role, device
-        self.reuse_inputs = reuse_inputs and role == "reference"
         self.fp_seed = fp_seed
         self._pin(cores)
         torch.set_grad_enabled(False)
@@ -560,7 +541,7 @@ class Worker:
         """For graph replays and the judge's clock, which need fixed buffers: call 0's inputs, and refill(i),
         which copies call i's inputs (drawn in batches by TimedFeed, each used once) into them and says
         whether call i may be sampled."""
-        feed = TimedFeed(self, base_seed, None, reuse=self.reuse_inputs)
+        feed = TimedFeed(self, base_seed, None)
         bufs, _ = feed.take(0)
         tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
 
@@ -617,7 +598,7 @@ class Worker:
             stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
             one = torch.zeros(1, device=self.device)
             model = lambda *_: stand_in(one)  # noqa: E731
-        feed = TimedFeed(self, base_seed, projection if verify else None, reuse=self.reuse_inputs)
+        feed = TimedFeed(self, base_seed, projection if verify else None)
         current: list = []
 
         def step(i: int):

@@ -4,7 +4,6 @@ from types import SimpleNamespace
 
 import torch
 
-from conftest import REPO
 from harness import timing
 from harness.fingerprint import Fingerprinter
 from harness.seeds import derive
@@ -105,51 +104,3 @@ def test_a_reused_output_buffer_switches_to_fingerprinting_each_call_as_it_retur
     assert feed.calls[1] == OVERWRITTEN  # held when call 2 rewrote the same storage
     for i in (0, 2, 3, 4, 5):
         assert feed.calls[i][0].tolist() == [expect[i]], i
-
-
-def test_the_reference_cycles_its_first_batch_and_each_pass_ends_like_a_batch():
-    draws: list[int] = []
-    feed = TimedFeed(fake_worker(draws), BASE, projection=False, reuse=True)
-    counted, outs = [], {}
-    for i in range(3 * STOCK_SETS + 1):
-        args, ok = feed.take(i)
-        want = fake_worker([]).inputs(derive(BASE, 1 + (i - 1) % STOCK_SETS if i else 0))[0]
-        assert torch.equal(args[0], want), i  # never poisoned: the stock is the judge's own
-        counted.append(ok)
-        outs[i] = args[0] * 2
-        feed.hold(i, args, outs[i])
-    assert draws == [derive(BASE, i) for i in range(STOCK_SETS + 1)]  # one batch, never drawn again
-    passes = {1, 1 + STOCK_SETS, 1 + 2 * STOCK_SETS}
-    assert [i for i, ok in enumerate(counted) if not ok] == [0, *sorted(passes)]
-    last = 1 + 2 * STOCK_SETS  # starting the third pass settled every call before it
-    assert set(feed.calls) == set(range(last))
-    assert torch.isnan(outs[last - 1]).all() and not torch.isnan(outs[last]).any()
-
-
-def test_only_a_reference_worker_told_to_reuse_reuses_its_inputs(monkeypatch, tmp_path):
-    """The role and timing.reference_inputs, both set by the judge at init, decide: a candidate's calls each get
-    inputs never seen before, whatever it is told."""
-    import dataclasses
-
-    from harness import worker as worker_mod
-    from harness.config import load_config
-    from harness.problem import read_problem
-
-    made = []
-    real = worker_mod.TimedFeed.__init__
-
-    def spy(self, *a, **k):
-        real(self, *a, **k)
-        made.append(self.reuse)
-
-    monkeypatch.setattr(worker_mod.TimedFeed, "__init__", spy)
-    src = dataclasses.asdict(read_problem(load_config(REPO / "configs" / "pack_tokens.yaml").problem))
-    loop = {"warmup_ms": 0.0, "min_runs": 3, "max_runs": 3, "budget_s": 1.0, "target_rse": 0.0}
-    for role, told, want in (("candidate", True, False), ("reference", True, True), ("reference", False, False)):
-        w = worker_mod.Worker(None)
-        w.cmd_init([], role=role, device="cpu", problem_src=src, fp_seed=5, cache_dir=str(tmp_path),
-                   reuse_inputs=told)
-        w.cls = w.ns["Model"]
-        w.cmd_setup([], params={"num_tokens": 64, "hidden_dim": 8, "num_experts": 4}, init_seed=1)
-        w.cmd_time([], base_seed=BASE, loop=loop, verify=False)
-        assert made[-1] is want, (role, told)
