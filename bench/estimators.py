@@ -6,7 +6,8 @@ the mean and coefficient of variation across runs of each.
 
 Estimators (q: the quantile of the timed calls taken on each side):
 - paired q: per round, q(reference calls) / q(candidate calls); the median over rounds.
-- pooled q: q(all reference calls) / q(all candidate calls) over every round.
+- pooled q: q(all reference calls) / q(all candidate calls) over every round (the harness's own
+  `stats.pooled_ratio`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from _common import REPO, md_table
 
 sys.path.insert(0, str(REPO))
-from harness.stats import mean_cv, quantile  # noqa: E402
+from harness.stats import mean_cv, pooled_ratio, quantile  # noqa: E402
 
 QUANTILES = (0.02, 0.05, 0.1, 0.25, 0.5)
 
@@ -33,8 +34,7 @@ def estimates(rounds: list[dict]) -> dict[str, float]:
     for p in QUANTILES:
         paired = [q(r["reference"], p) / q(r["candidate"], p) for r in rounds if r["reference"] and r["candidate"]]
         out[f"paired {p:g}"] = q(paired, 0.5)
-        out[f"pooled {p:g}"] = (q([x for r in rounds for x in r["reference"]], p)
-                                / q([x for r in rounds for x in r["candidate"]], p))
+        out[f"pooled {p:g}"] = pooled_ratio([r["reference"] for r in rounds], [r["candidate"] for r in rounds], p)
     return out
 
 
