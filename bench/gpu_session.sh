@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session on the GPU machine, from the repo root: each step's log lands in $OUT.
 #   DEADLINE=570 bash bench/gpu_session.sh info build eval cache tests runs
+# (`bundled` runs the config's own solutions, the run the GPU tests reuse; `eval` runs EVAL_SOLUTIONS)
 # ABLATIONS names the bench/variants.py ablations to build and time (default: all).
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past
 # DEADLINE seconds after the start (the device tool's limit is 600 s a command).
@@ -60,6 +61,11 @@ for step in "$@"; do
       cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
       # the GPU tests may reuse this run only when it is the whole bundled run they expect
       if [ -z "${EVAL_SOLUTIONS:-}${EVAL_ARGS:-}" ]; then export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled"; fi ;;
+    bundled)
+      rm -rf results/gpu-bundled
+      timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
+      cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
+      export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
     overhead)
       timeout "$t" $PY bench/overhead.py ${OVERHEAD_ARGS:-} > "$OUT/overhead.log" 2>&1 ;;
     roofline)

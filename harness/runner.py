@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.console import Console
@@ -26,7 +26,9 @@ from .build import (
     BuildPool,
     BuildResult,
     build_env,
+    build_nice,
     builds_frozen,
+    gpu_arch_hint,
     run_build,
     snapshot_candidate,
     toolchain_id,
@@ -164,15 +166,35 @@ class Runner:
             self.guard.allow_log(f"spare.lane{i}.log")
         todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
         cands = [c for c in cands if todo[c.name]]
-        findings = {}
-        for c in cands:
-            found = [] if plan.static_policy == "off" else static_checks.analyze(
-                c.source, plan.device, c.path.parent, {plan.problem.name})
-            findings[c.name] = found
-
         lane_cores, build_cores = self._cores()
         toolchain = toolchain_id(plan.device)
-        self.host = host_info(self.repo_root)
+        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
+        ref_start = starter.submit(self._start_references, lane_cores, toolchain)
+        starter.shutdown(wait=False)
+        refs: list[ReferenceRunner] = []
+        try:
+            findings = {}
+            for c in cands:
+                found = [] if plan.static_policy == "off" else static_checks.analyze(
+                    c.source, plan.device, c.path.parent, {plan.problem.name})
+                findings[c.name] = found
+            self.host = host_info(self.repo_root)
+            arch_hint = gpu_arch_hint() if plan.device == "cuda" else None
+            self._mark("runner_started")
+            return self._pipeline(cands, todo, findings, lane_cores, build_cores, toolchain, ref_start, arch_hint,
+                                  refs)
+        finally:
+            if not refs:
+                with contextlib.suppress(Exception):
+                    refs.extend(ref_start.result())
+            for r in refs:
+                r.worker.close()
+
+    def _pipeline(self, cands, todo, findings, lane_cores, build_cores, toolchain, ref_start, arch_hint,
+                  refs: list[ReferenceRunner]) -> list[Record]:
+        """Builds start at once where the GPU architecture is known without a CUDA context (nvidia-smi) or not
+        needed (CPU), else once the references have started; lanes start once the references have."""
+        plan = self.plan
         n_records = sum(len(v) for v in todo.values())
         progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=self.console, transient=False)
@@ -180,50 +202,36 @@ class Runner:
             t_ref = progress.add_task("reference", total=len(plan.shapes) * len(plan.lanes))
             t_build = progress.add_task("build", total=len(cands))
             t_eval = progress.add_task("evaluate", total=n_records)
-
-            self._mark("runner_started")
-            refs = self._start_references(lane_cores, toolchain)
-            self._mark("references_started")
-            arch = self.lane_info[0].get("capability") if plan.device == "cuda" else None
-            self._write_run_json(arch, toolchain)
-
-            eval_env = {"KBH_TOOLCHAIN": toolchain}
-            if arch:
-                eval_env["TORCH_CUDA_ARCH_LIST"] = arch
             work: queue.Queue = queue.Queue()
-            if plan.build_only:
-                for r in refs:
-                    r.worker.close()
-                refs = []
-            lanes = [] if plan.build_only else [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
-                                      args=(i, refs[i], lane_cores[i], build_cores, eval_env, work, todo, findings,
-                                            progress, t_ref, t_eval), daemon=True)
-                     for i in range(len(plan.lanes))]
-            for t in lanes:
-                t.start()
-
+            lanes: list[threading.Thread] = []
             pool = BuildPool(plan.jobs)
-            benv = build_env(arch, toolchain)
+            futures: dict = {}
+            arch = arch_hint
             try:
-                if plan.device == "cpu" and plan.config.build.pch and any(c.native_kind == "cpp" for c in cands):
-                    self._build_pch(benv)
-                futures = {}
-                for c in cands:
-                    errors = [f for f in findings[c.name] if f.severity == "error"]
-                    if errors and plan.static_policy == "strict":
-                        self._write_all(static_only_records(plan, c, todo[c.name], self._static_kwargs(findings[c.name]),
-                                                            None, self._device_name()))
-                        progress.advance(t_build)
-                        progress.advance(t_eval, len(todo[c.name]))
-                        continue
-                    kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
-                                  timeout_s=plan.config.build.timeout_s,
-                                  log_path=self.logs / f"{safe_name(c.name)}.build.log", scratch=self.scratch,
-                                  cores=build_cores)
-                    with self.lock:
-                        self.building.add(c.name)
-                        self.build_args[c.name] = (c, kwargs)
-                    futures[pool.submit(run_build, c, **kwargs)] = c
+                if arch_hint or plan.device != "cuda":
+                    self._submit_builds(pool, futures, cands, todo, findings, build_cores,
+                                        build_env(arch_hint, toolchain), progress, t_build, t_eval)
+                refs.extend(ref_start.result())
+                self._mark("references_started")
+                if plan.device == "cuda":
+                    arch = self.lane_info[0].get("capability")
+                    if arch_hint and arch != arch_hint:
+                        raise RuntimeError(f"nvidia-smi reports compute capability {arch_hint} for every GPU, but "
+                                           f"torch reports {arch} on lane 0: set TORCH_CUDA_ARCH_LIST and rerun")
+                    if not arch_hint:
+                        self._submit_builds(pool, futures, cands, todo, findings, build_cores,
+                                            build_env(arch, toolchain), progress, t_build, t_eval)
+                self._write_run_json(arch, toolchain)
+                eval_env = {"KBH_TOOLCHAIN": toolchain}
+                if arch:
+                    eval_env["TORCH_CUDA_ARCH_LIST"] = arch
+                if not plan.build_only:
+                    lanes = [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
+                                              args=(i, refs[i], lane_cores[i], build_cores, eval_env, work, todo,
+                                                    findings, progress, t_ref, t_eval), daemon=True)
+                             for i in range(len(plan.lanes))]
+                for t in lanes:
+                    t.start()
                 for fut in as_completed(futures):
                     c = futures[fut]
                     result = fut.result()
@@ -251,8 +259,6 @@ class Runner:
                     t.join()
                 self._mark("evaluations_done")
                 pool.shutdown()
-                for r in refs:
-                    r.worker.close()
         self._write_run_json(arch, toolchain, final=True)
         records = self.writer.records
         note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
@@ -262,6 +268,29 @@ class Runner:
         for e in self.errors:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
+
+    def _submit_builds(self, pool: BuildPool, futures: dict, cands, todo, findings, build_cores, benv: dict,
+                       progress, t_build, t_eval) -> None:
+        plan = self.plan
+        self._mark("builds_started")
+        if plan.device == "cpu" and plan.config.build.pch and any(c.native_kind == "cpp" for c in cands):
+            self._build_pch(benv)
+        for c in cands:
+            errors = [f for f in findings[c.name] if f.severity == "error"]
+            if errors and plan.static_policy == "strict":
+                self._write_all(static_only_records(plan, c, todo[c.name], self._static_kwargs(findings[c.name]),
+                                                    None, self._device_name()))
+                progress.advance(t_build)
+                progress.advance(t_eval, len(todo[c.name]))
+                continue
+            kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
+                          timeout_s=plan.config.build.timeout_s,
+                          log_path=self.logs / f"{safe_name(c.name)}.build.log", scratch=self.scratch,
+                          cores=build_cores, nice=build_nice(len(futures)))
+            with self.lock:
+                self.building.add(c.name)
+                self.build_args[c.name] = (c, kwargs)
+            futures[pool.submit(run_build, c, **kwargs)] = c
 
     def _static_kwargs(self, found) -> dict:
         return {"static_errors": [f"{f.rule} (line {f.line})" for f in found if f.severity == "error"],

@@ -83,8 +83,8 @@ def test_output_files(bundled):
     assert run["config"]["timing"]["budget_s"] == 0.2 and run["complete"] is True
     assert run["calibration"]["0"]["copy_gbps"] > 0
     line = run["timeline_s"]
-    order = ["runner_started", "references_started", "lane0_reference_done", "lane0_first_candidate",
-             "evaluations_done", "run_json"]
+    order = ["runner_started", "builds_started", "references_started", "lane0_reference_done",
+             "lane0_first_candidate", "evaluations_done", "run_json"]
     assert [line[k] for k in order] == sorted(line[k] for k in order) and line["runner_started"] > 0
     assert (bundled.out / "logs" / "cpu_cpp.build.log").exists()
     summary = json.loads((bundled.out / "summary.json").read_text())
