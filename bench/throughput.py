@@ -28,10 +28,15 @@ def main() -> None:
     extra = (["--gpus", args.gpus] if args.gpus else []) + (["--shapes", *args.shapes] if args.shapes else [])
     common = [args.config, "--device", "cuda", *extra]
 
-    single_cache = base / "cache_single"
-    wall1, out1, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache", str(single_cache), "--out",
-                              str(base / "single"))
-    one_build = run_json(out1)["builds"][Path(cands[0]).stem]["seconds"]
+    singles = []
+    for k in range(2):
+        wall1, out1, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache",
+                                  str(base / f"cache_single{k}"), "--out", str(base / f"single{k}"))
+        singles.append(run_json(out1)["builds"][Path(cands[0]).stem]["seconds"])
+    # The same build took 43 s first and 31 s in a later run on the same machine (eighth session), plausibly
+    # the first compile reading compilers and headers from disk; the batch runs after both, so the faster one
+    # is the baseline (the conservative choice).
+    one_build = min(singles)
 
     batch_cache = base / "cache_batch"
     wall_cold, out_cold, rc_cold = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out",
@@ -40,7 +45,7 @@ def main() -> None:
                                             str(base / "warm"))
     n = len(cands)
     rows = []
-    for label, wall, out in (("one candidate, cold build only", wall1, out1),
+    for label, wall, out in (("one candidate, cold build only (second of two)", wall1, out1),
                              ("16 candidates, cold cache", wall_cold, out_cold),
                              ("16 candidates, warm cache", wall_warm, out_warm)):
         run = run_json(out)
@@ -53,7 +58,8 @@ def main() -> None:
           f"run_eval (builds, reference, checks, timing, reports).\n")
     print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds", "build jobs",
                     "correct records"], rows))
-    print(f"\none cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
+    print(f"\none cold build, twice into empty caches: {singles[0]:.0f} s, {singles[1]:.0f} s (the faster is the baseline)")
+    print(f"one cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
           f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
     print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
     for label, wall, out in (("cold", wall_cold, out_cold), ("warm", wall_warm, out_warm)):
@@ -78,6 +84,10 @@ def breakdown(run: dict, recs: list[dict]) -> str:
             stages.setdefault("record, all stages", []).append(r["eval_seconds"])
     for k, v in sorted(stages.items(), key=lambda kv: -sum(kv[1])):
         rows.append([k, len(v), f"{sum(v) / len(v):.2f}", f"{sum(v):.1f}"])
+    line = run.get("timeline_s") or {}
+    if len(run.get("lanes") or []) == 1 and {"lane0_first_candidate", "evaluations_done"} <= line.keys():
+        outside = line["evaluations_done"] - line["lane0_first_candidate"] - sum(stages.get("record, all stages", []))
+        rows.append(["lane, outside records (waiting for builds, closing workers)", "", "", f"{outside:.1f}"])
     return md_table(["stage", "count", "mean s", "total s"], rows)
 
 
