@@ -217,7 +217,7 @@ class Runner:
                     arch = self.lane_info[0].get("capability")
                     if arch_hint and arch != arch_hint:
                         raise RuntimeError(f"nvidia-smi reports compute capability {arch_hint} for every GPU, but "
-                                           f"torch reports {arch} on lane 0: set TORCH_CUDA_ARCH_LIST and rerun")
+                                           f"torch reports {arch} on lane 0: the builds target the wrong GPU")
                     if not arch_hint:
                         self._submit_builds(pool, futures, cands, todo, findings, build_cores,
                                             build_env(arch, toolchain), progress, t_build, t_eval)
