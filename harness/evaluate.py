@@ -183,10 +183,8 @@ class CandidateEvaluation:
         self._close()
 
     def _close(self) -> None:
-        """Kill the worker now; its reaping (a CUDA context's teardown) runs beside the next candidate's start
-        and checks, and the device's next turn waits for it."""
         if self.worker is not None:
-            self.lane.turn.settle(self.worker.close(wait=False))
+            self.worker.close()
             self.worker = None
 
     def evaluate_shape(self, shape: Shape) -> Record:

@@ -90,25 +90,11 @@ class DeviceTurn:
     def __init__(self, pause_builds: bool = False):
         self.lock = threading.Lock()
         self.pause_builds = pause_builds
-        self._settling: list[threading.Thread] = []
-        self._settling_lock = threading.Lock()
-
-    def settle(self, reaper: threading.Thread | None) -> None:
-        """A worker still being torn down (its CUDA context freed) off the lane's path: the next turn waits
-        for it, so nothing is timed beside a teardown."""
-        if reaper is not None:
-            with self._settling_lock:
-                self._settling.append(reaper)
 
     @contextlib.contextmanager
     def __call__(self):
-        with self.lock:
-            with self._settling_lock:
-                settling, self._settling = self._settling, []
-            for t in settling:
-                t.join()
-            with builds_frozen() if self.pause_builds else contextlib.nullcontext():
-                yield
+        with self.lock, (builds_frozen() if self.pause_builds else contextlib.nullcontext()):
+            yield
 
     def around(self, cmd: str):
         """The turn for a timed worker command; nothing for the others."""

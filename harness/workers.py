@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from multiprocessing import Pipe
 from pathlib import Path
@@ -146,39 +145,27 @@ class WorkerHandle:
         except subprocess.TimeoutExpired:
             return None
 
-    def kill(self, wait: bool = True) -> threading.Thread | None:
-        """Kill the worker's process group at once. The reaping (for a GPU worker, the driver tearing its
-        context down) runs here, or with wait=False in the returned thread."""
-        if not self.alive:
-            return None
-        self.alive = False
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if wait:
-            self._reap()
-            return None
-        reaper = threading.Thread(target=self._reap, name=f"kbh-reap-{self.proc.pid}", daemon=True)
-        reaper.start()
-        return reaper
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.conn.close()
+            self._log.close()
 
-    def _reap(self) -> None:
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.conn.close()
-        self._log.close()
-
-    def close(self, wait: bool = True) -> threading.Thread | None:
-        if not self.alive:
-            return None
-        try:
-            self.request("exit", timeout=5)
-        except WorkerGone:
-            return None
-        return self.kill(wait)
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.request("exit", timeout=5)
+            except WorkerGone:
+                pass
+            self.kill()
 
 
 def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int, timeout: float) -> tuple[list[float], list[float]]:

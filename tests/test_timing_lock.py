@@ -148,38 +148,3 @@ def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
         assert w.request("ping", 60.0).get("ok")
     finally:
         w.kill()
-
-
-def test_the_next_turn_waits_for_a_worker_still_being_reaped():
-    """A closed candidate's teardown runs off the lane's path, but never beside a timed command."""
-    turn = DeviceTurn()
-    release = threading.Event()
-    reaped = []
-
-    def reap():
-        release.wait(30)
-        reaped.append(True)
-
-    reaper = threading.Thread(target=reap)
-    reaper.start()
-    turn.settle(reaper)
-    entered = []
-    t = threading.Thread(target=lambda: turn().__enter__() or entered.append(bool(reaped)))
-    t.start()
-    t.join(0.3)
-    assert not entered
-    release.set()
-    t.join(30)
-    assert entered == [True]
-
-
-def test_close_without_waiting_kills_at_once_and_reaps_in_a_thread(tmp_path):
-    from conftest import REPO
-    from harness.workers import WorkerHandle
-
-    w = WorkerHandle(repo_root=REPO, env={}, log_path=tmp_path / "w.log", cwd=tmp_path, trusted=False)
-    assert w.request("ping", 120.0).get("ok")
-    reaper = w.close(wait=False)
-    assert reaper is not None and not w.alive
-    reaper.join(30)
-    assert w.proc.returncode is not None and w.close(wait=False) is None
