@@ -87,7 +87,7 @@ def breakdown(run: dict, recs: list[dict]) -> str:
     line = run.get("timeline_s") or {}
     if len(run.get("lanes") or []) == 1 and {"lane0_first_candidate", "evaluations_done"} <= line.keys():
         outside = line["evaluations_done"] - line["lane0_first_candidate"] - sum(stages.get("record, all stages", []))
-        rows.append(["lane, outside records (waiting for builds, closing workers)", "", "", f"{outside:.1f}"])
+        rows.append(["lane, outside records (waiting for builds, between candidates)", "", "", f"{outside:.1f}"])
     return md_table(["stage", "count", "mean s", "total s"], rows)
 
 

@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -98,25 +97,6 @@ def default_jobs(reserved_cores: int = 1) -> int:
     except (ValueError, OSError):
         mem_gb = 8
     return max(1, min(cores - reserved_cores, int(mem_gb // 3)))
-
-
-def gpu_arch_hint() -> str | None:
-    """The compute capability that every GPU on the host reports through nvidia-smi, or None (no nvidia-smi, a
-    driver too old to report it, or GPUs that differ). It lets builds start while the reference workers are
-    still creating their CUDA contexts (about 10 s on the H200 host); the runner checks it against what torch
-    then reports."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    caps = {line.strip() for line in out.stdout.splitlines() if line.strip()}
-    if out.returncode != 0 or len(caps) != 1:
-        return None
-    cap = caps.pop()
-    return cap if re.fullmatch(r"\d+\.\d+", cap) else None
 
 
 def build_nice(order: int) -> int:

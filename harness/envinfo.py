@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 
-def _run(cmd: list[str], cwd: Path | None = None) -> str:
+def _run(cmd: list[str], cwd: Path | None = None, succeeded: bool = False) -> str:
+    """The command's output; "" when it is missing, times out, or (with succeeded) exits non-zero."""
     if shutil.which(cmd[0]) is None:
         return ""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd).stdout.strip()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired):
         return ""
+    return "" if succeeded and out.returncode != 0 else out.stdout.strip()
 
 
 def git_commit(repo: Path) -> str:
@@ -28,6 +31,15 @@ def git_commit(repo: Path) -> str:
 def nvidia_driver() -> str:
     out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     return out.splitlines()[0] if out else ""
+
+
+def gpu_arch_hint() -> str | None:
+    """The compute capability that every GPU on the host reports through nvidia-smi, or None (no nvidia-smi, a
+    driver too old to report it, or GPUs that differ). It lets builds start while the reference workers are
+    still creating their CUDA contexts (about 10 s on the H200 host); the runner checks it against what torch
+    then reports."""
+    caps = set(_run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], succeeded=True).split())
+    return caps.pop() if len(caps) == 1 and re.fullmatch(r"\d+\.\d+", next(iter(caps))) else None
 
 
 def host_info(repo: Path) -> dict:

@@ -28,12 +28,11 @@ from .build import (
     build_env,
     build_nice,
     builds_frozen,
-    gpu_arch_hint,
     run_build,
     snapshot_candidate,
     toolchain_id,
 )
-from .envinfo import host_info, process_age_s
+from .envinfo import gpu_arch_hint, host_info, process_age_s
 from .evaluate import (
     INIT_TIMEOUT_S,
     CandidateEvaluation,
@@ -171,7 +170,6 @@ class Runner:
         starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
         ref_start = starter.submit(self._start_references, lane_cores, toolchain)
         starter.shutdown(wait=False)
-        refs: list[ReferenceRunner] = []
         try:
             findings = {}
             for c in cands:
@@ -181,17 +179,14 @@ class Runner:
             self.host = host_info(self.repo_root)
             arch_hint = gpu_arch_hint() if plan.device == "cuda" else None
             self._mark("runner_started")
-            return self._pipeline(cands, todo, findings, lane_cores, build_cores, toolchain, ref_start, arch_hint,
-                                  refs)
+            return self._pipeline(cands, todo, findings, lane_cores, build_cores, toolchain, ref_start, arch_hint)
         finally:
-            if not refs:
-                with contextlib.suppress(Exception):
-                    refs.extend(ref_start.result())
-            for r in refs:
-                r.worker.close()
+            with contextlib.suppress(Exception):  # a failed start has killed its workers already
+                for r in ref_start.result():
+                    r.worker.close()
 
-    def _pipeline(self, cands, todo, findings, lane_cores, build_cores, toolchain, ref_start, arch_hint,
-                  refs: list[ReferenceRunner]) -> list[Record]:
+    def _pipeline(self, cands, todo, findings, lane_cores, build_cores, toolchain, ref_start,
+                  arch_hint) -> list[Record]:
         """Builds start at once where the GPU architecture is known without a CUDA context (nvidia-smi) or not
         needed (CPU), else once the references have started; lanes start once the references have."""
         plan = self.plan
@@ -211,7 +206,7 @@ class Runner:
                 if arch_hint or plan.device != "cuda":
                     self._submit_builds(pool, futures, cands, todo, findings, build_cores,
                                         build_env(arch_hint, toolchain), progress, t_build, t_eval)
-                refs.extend(ref_start.result())
+                refs: list[ReferenceRunner] = ref_start.result()
                 self._mark("references_started")
                 if plan.device == "cuda":
                     arch = self.lane_info[0].get("capability")

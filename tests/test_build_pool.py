@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BuildPool, build_nice, gpu_arch_hint, run_build, snapshot_candidate
+from harness.build import BuildPool, build_nice, run_build, snapshot_candidate
+from harness.envinfo import gpu_arch_hint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,6 +30,7 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch, stdout: str, rc: int = 0) -> No
     ("9.0\\n8.0\\n", 0, None),
     ("Field \"compute_cap\" is not a valid field to query.\\n", 2, None),
     ("[N/A]\\n", 0, None),
+    ("9.0\\n", 1, None),
 ])
 def test_arch_hint_only_when_every_gpu_agrees(tmp_path, monkeypatch, stdout, rc, expected):
     fake_nvidia_smi(tmp_path, monkeypatch, stdout, rc)
