@@ -66,6 +66,8 @@ for step in "$@"; do
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
       cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
       export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
+    feedcost)
+      timeout "$t" $PY bench/feed_cost.py ${FEEDCOST_ARGS:-} > "$OUT/feed_cost.log" 2>&1 ;;
     overhead)
       timeout "$t" $PY bench/overhead.py ${OVERHEAD_ARGS:-} > "$OUT/overhead.log" 2>&1 ;;
     roofline)

@@ -88,6 +88,10 @@ def breakdown(run: dict, recs: list[dict]) -> str:
     if len(run.get("lanes") or []) == 1 and {"lane0_first_candidate", "evaluations_done"} <= line.keys():
         outside = line["evaluations_done"] - line["lane0_first_candidate"] - sum(stages.get("record, all stages", []))
         rows.append(["lane, outside records (waiting for builds, between candidates)", "", "", f"{outside:.1f}"])
+    for lane, steps in (run.get("lane_seconds") or {}).items():
+        for step, s in steps.items():
+            if step != "records":
+                rows.append([f"lane {lane}: {step}", "", "", f"{s:.2f}"])
     return md_table(["stage", "count", "mean s", "total s"], rows)
 
 

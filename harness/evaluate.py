@@ -16,7 +16,7 @@ import secrets
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,12 +177,7 @@ class CandidateEvaluation:
             raise WorkerGone(g.kind, f"while importing: {g}") from None
 
     # -- per shape ---------------------------------------------------------------------------
-    def run(self, shapes: list[Shape]) -> Iterator[Record]:
-        for shape in shapes:
-            yield self.evaluate_shape(shape)
-        self._close()
-
-    def _close(self) -> None:
+    def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
             self.worker = None

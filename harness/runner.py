@@ -73,6 +73,7 @@ class Runner:
         self.builds: dict[str, BuildResult] = {}
         self.errors: list[str] = []
         self.timeline: dict[str, float] = {}
+        self.lane_seconds: dict[int, dict[str, float]] = {}
         self._t0 = time.monotonic() - (process_age_s() or 0.0)
 
     def _mark(self, event: str) -> None:
@@ -363,6 +364,7 @@ class Runner:
             data["warnings"] = self.errors
             self._mark("run_json")
             data["timeline_s"] = dict(self.timeline)
+            data["lane_seconds"] = {str(k): {n: round(v, 3) for n, v in d.items()} for k, d in self.lane_seconds.items()}
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         tmp.replace(self.out / "run.json")
@@ -415,8 +417,12 @@ class Runner:
                               device_name=info.get("gpu") or self._device_name(), cores=cores, gate=self.gate,
                               turn=ref.turn, keep=self.guard.keep,
                               poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
+            spent = self.lane_seconds.setdefault(i, dict.fromkeys(LANE_STEPS, 0.0))
+            clock = time.monotonic
             while True:
+                t = clock()
                 item = work.get()
+                spent["waiting for a build"] += clock() - t
                 if item is None:
                     break
                 cand, build = item
@@ -429,16 +435,25 @@ class Runner:
                 ev = CandidateEvaluation(ctx, cand, build, spares, kw["static_errors"], kw["static_warnings"],
                                          self._tampered_by(cand.name))
                 try:
-                    for record in ev.run(todo[cand.name]):
+                    for shape in todo[cand.name]:
+                        t = clock()
+                        record = ev.evaluate_shape(shape)
+                        spent["records"] += clock() - t
+                        t = clock()
                         self.writer.write(record)
+                        spent["writing records"] += clock() - t
                         progress.advance(t_eval)
                 finally:
+                    t = clock()
+                    ev.close()
+                    spent["closing workers"] += clock() - t
                     with self.lock:
                         self.evaluating.discard(cand.name)
         finally:
             spares.close()
 
 
+LANE_STEPS = ("records", "writing records", "closing workers", "waiting for a build")
 SPARE_WORKERS = 3  # per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing
 
 
