@@ -6,7 +6,8 @@ many calls as these allow, so their sum per call decides how many samples a roun
 
 Runs the harness's own worker in-process (candidate and reference roles), wraps its steps with host
 timers (no extra syncs, so asynchronous work shows up in the next sync: the clock's), and prints
-milliseconds per call.
+milliseconds per call, and the fixed cost of one timing command (a 10-call command's wall time less
+10 calls at the long run's rate).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def main() -> None:
     print(f"ms per call (wall, host timers), {args.n} calls per row, device {args.device}\n")
     labels = ["total", "draw inputs", "settle (fingerprints, poison)", "  of which exact fingerprints",
               "  of which poison", "hold", "measure (flush, sync, call, sync)", "  flush (reset + zero)", "sync"]
-    print("| shape | who | calls | median call us | " + " | ".join(labels) + " |")
-    print("|" + "---|" * (4 + len(labels)))
+    print("| shape | who | calls | median call us | fixed ms per command | " + " | ".join(labels) + " |")
+    print("|" + "---|" * (5 + len(labels)))
     for shape_name in args.shapes:
         shape = next(s for s in cfg.shapes if s.name == shape_name)
         for role, verify, floor in cases:
@@ -95,9 +96,13 @@ def main() -> None:
             wall = time.perf_counter() - t0
             calls = len(r["device_us"]) + r["unsampled"]
             row = {"total": wall, **spent}
+            t0 = time.perf_counter()
+            small = w.cmd_time([], base_seed=9, loop=dict(loop, min_runs=10, max_runs=10), verify=verify, **extra)
+            per_call = wall / calls
+            fixed = time.perf_counter() - t0 - per_call * (len(small["device_us"]) + small["unsampled"])
             who = f"{role}{' ' + floor if floor else ''}{' verified' if verify else ''}"
             med = statistics.median(r["device_us"])
-            print(f"| {shape_name} | {who} | {calls} | {med:.1f} | "
+            print(f"| {shape_name} | {who} | {calls} | {med:.1f} | {1e3 * fixed:.1f} | "
                   + " | ".join(f"{1e3 * row.get(k, 0.0) / calls:.3f}" for k in labels) + " |", flush=True)
 
 
