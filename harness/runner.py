@@ -419,6 +419,7 @@ class Runner:
                               poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
             spent = self.lane_seconds.setdefault(i, dict.fromkeys(LANE_STEPS, 0.0))
             clock = time.monotonic
+            loop_start = clock()
             while True:
                 t = clock()
                 item = work.get()
@@ -442,18 +443,24 @@ class Runner:
                         t = clock()
                         self.writer.write(record)
                         spent["writing records"] += clock() - t
+                        t = clock()
                         progress.advance(t_eval)
+                        spent["progress display"] += clock() - t
                 finally:
                     t = clock()
                     ev.close()
                     spent["closing workers"] += clock() - t
                     with self.lock:
                         self.evaluating.discard(cand.name)
+            spent["other"] = clock() - loop_start - sum(spent.values())
         finally:
+            t = time.monotonic()
             spares.close()
+            if i in self.lane_seconds:
+                self.lane_seconds[i]["closing spare workers"] = time.monotonic() - t
 
 
-LANE_STEPS = ("records", "writing records", "closing workers", "waiting for a build")
+LANE_STEPS = ("records", "writing records", "progress display", "closing workers", "waiting for a build")
 SPARE_WORKERS = 3  # per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing
 
 

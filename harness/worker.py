@@ -301,13 +301,21 @@ class TimedFeed:
             self.settle()
 
     def settle(self) -> None:
+        """Fingerprint every held call of the batch (all its tensors in one exact_many, read back at once),
+        then poison and release them."""
+        if not self.pending:
+            return
         fp = self.w.fp
-        for i, args, outs, _ in self.pending:
+        tensors, spans = [], []
+        for _, args, outs, _ in self.pending:
             ins = [x for x in args if isinstance(x, torch.Tensor)]
-            fps = torch.stack([fp.exact(o) for o in outs])
-            projs = torch.stack([fp.projection(o) for o in outs]) if self.projection else None
-            self.calls[i] = (fps, projs, torch.stack([fp.exact(x) for x in ins]) if ins else None)
-            poison(outs + ins)
+            spans.append((len(tensors), len(outs), len(ins)))
+            tensors += outs + ins
+        exact = fp.exact_many(tensors).tolist()
+        for (i, _, outs, _), (at, n_out, n_in) in zip(self.pending, spans):
+            projs = torch.stack([fp.projection(o) for o in outs]).tolist() if self.projection else None
+            self.calls[i] = (exact[at:at + n_out], projs, exact[at + n_out:at + n_out + n_in])
+            poison(tensors[at:at + n_out + n_in])
         self.pending.clear()
 
 
@@ -486,8 +494,7 @@ class Worker:
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
     def tensor_fps(self, xs: list) -> list[int]:
-        fps = [self.fp.exact(x) for x in xs if isinstance(x, torch.Tensor)]
-        return torch.stack(fps).tolist() if fps else []
+        return self.fp.exact_many([x for x in xs if isinstance(x, torch.Tensor)]).tolist()
 
     def extra_threads(self) -> list[str]:
         return sorted(t.name for t in threading.enumerate() if t.ident not in self.py_threads and t.is_alive())
@@ -568,10 +575,9 @@ class Worker:
 
         def after(out: Any):
             outs = plain_outputs(out)
-            fps = torch.stack([self.fp.exact(o) for o in outs])
+            exact = self.fp.exact_many(outs + tensors)
             projs = torch.stack([self.fp.projection(o) for o in outs]) if projection else None
-            ins = torch.stack([self.fp.exact(x) for x in tensors]) if tensors else None
-            return outs, fps, projs, ins
+            return outs, exact[:len(outs)], projs, exact[len(outs):] if tensors else None
 
         calls: dict[int, tuple] = {}
 
@@ -584,8 +590,10 @@ class Worker:
 
     @staticmethod
     def _calls_json(calls: dict[int, tuple | str]) -> dict[str, list | str]:
-        return {str(i): c if c == OVERWRITTEN else
-                [c[0].tolist(), c[1].tolist() if c[1] is not None else None, c[2].tolist() if c[2] is not None else []]
+        def plain(x):
+            return x.tolist() if isinstance(x, torch.Tensor) else x
+
+        return {str(i): c if c == OVERWRITTEN else [plain(c[0]), plain(c[1]), plain(c[2]) if c[2] is not None else []]
                 for i, c in calls.items()}
 
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,

@@ -43,3 +43,22 @@ def test_projection_bounds_are_sums_of_abs_weights():
     nan = x.clone()
     nan[5] = float("nan")
     assert torch.isfinite(f.projection(nan)).all()
+
+
+def test_exact_many_equals_exact_one_by_one(monkeypatch):
+    import harness.fingerprint as fpmod
+
+    f = Fingerprinter(7, "cpu")
+    ts = [torch.randn(2048, 128), torch.randint(0, 9, (2048,), dtype=torch.int32), torch.zeros(0),
+          torch.randn(17, 3).bfloat16(), torch.arange(4096 * 3 + 5, dtype=torch.uint8),
+          torch.arange(200, dtype=torch.uint8)[1:], torch.randn(300, 300).t(), torch.ones(3, dtype=torch.bool),
+          torch.randn(2100, 1025), torch.randn(4096)]
+    one_by_one = [int(f.exact(t)) for t in ts]
+    assert f.exact_many(ts).tolist() == one_by_one
+    monkeypatch.setattr(fpmod, "BATCH_BYTES", 5000)  # the large ones take exact() itself, the rest stay batched
+    assert f.exact_many(ts).tolist() == one_by_one
+    assert f.exact_many([]).tolist() == []
+    changed = [t.clone() for t in ts]
+    changed[4][-1] += 1
+    got = f.exact_many(changed).tolist()
+    assert got[4] != one_by_one[4] and got[:4] + got[5:] == one_by_one[:4] + one_by_one[5:]
