@@ -69,23 +69,27 @@ class LaneContext:
 class SparePool:
     """Initialized candidate workers kept ready (up to `size`, started in parallel), so a new candidate starts
     with no wait on torch's import. With one, a candidate evaluated faster than a worker imports torch
-    waited for the next (2.3-3.3 s of worker start per candidate on the CPU machine)."""
+    waited for the next (2.3-3.3 s of worker start per candidate on the CPU machine).
 
-    def __init__(self, make: Callable[[], WorkerHandle | None], size: int = 1):
+    make(register) starts one and calls register(handle) as soon as its process exists, so close() can kill
+    spares still starting instead of waiting for their start-up (torch's import, a CUDA context)."""
+
+    def __init__(self, make: Callable[[Callable[[object], None]], WorkerHandle | None], size: int = 1):
         self.make = make
         self.size = max(1, size)
         self.lock = threading.Lock()
-        self.slots: list[tuple[threading.Thread, list]] = []
+        self.slots: list[tuple[threading.Thread, list, list]] = []
 
     def _start(self) -> None:
         box: list = [None]
+        spawned: list = []
 
         def fill() -> None:
-            box[0] = self.make()
+            box[0] = self.make(spawned.append)
 
         t = threading.Thread(target=fill, daemon=True)
         t.start()
-        self.slots.append((t, box))
+        self.slots.append((t, box, spawned))
 
     def prime(self) -> None:
         with self.lock:
@@ -98,19 +102,26 @@ class SparePool:
         with self.lock:
             if not self.slots:
                 self._start()
-            ready = [k for k, (t, _) in enumerate(self.slots) if not t.is_alive()]
-            t, box = self.slots.pop(ready[0] if ready else 0)
+            ready = [k for k, (t, _, _) in enumerate(self.slots) if not t.is_alive()]
+            t, box, _ = self.slots.pop(ready[0] if ready else 0)
         t.join()
         self.prime()
         return box[0]
 
     def close(self) -> None:
+        """Every spare's processes killed at once, then reaped: ready or still starting, none is waited for
+        one by one."""
         with self.lock:
             slots, self.slots = self.slots, []
-        for t, box in slots:
+        for _, _, spawned in slots:
+            for h in spawned:
+                stop = getattr(h, "stop", None)
+                if stop is not None:
+                    stop()
+        for t, box, _ in slots:
             t.join()
             if box[0] is not None:
-                box[0].close()
+                (getattr(box[0], "kill", None) or box[0].close)()
 
 
 class CandidateEvaluation:

@@ -381,8 +381,9 @@ class Runner:
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
                      "device_now": False}
 
-        def make_spare() -> WorkerHandle | None:
+        def make_spare(register) -> WorkerHandle | None:
             w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
+            register(w)
             try:
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
                 if reply.get("ok") and plan.device == "cuda":

@@ -145,6 +145,12 @@ class WorkerHandle:
         except subprocess.TimeoutExpired:
             return None
 
+    def stop(self) -> None:
+        """SIGKILL the worker's process group and return at once; kill() or close() reaps it later."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
     def kill(self) -> None:
         if self.alive:
             self.alive = False

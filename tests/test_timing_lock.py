@@ -83,7 +83,7 @@ def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
 
     starts: list[float] = []
 
-    def make():
+    def make(register):
         starts.append(time.monotonic())
         time.sleep(0.2)
         return Fake()
@@ -110,7 +110,7 @@ def test_spare_pool_hands_out_a_ready_spare_before_an_older_one_still_starting()
     release = threading.Event()
     made = iter(range(100))
 
-    def make():
+    def make(register):
         k = next(made)
         if k == 0:
             release.wait(5)
@@ -127,6 +127,43 @@ def test_spare_pool_hands_out_a_ready_spare_before_an_older_one_still_starting()
     release.set()
     time.sleep(0.1)
     assert pool.take() == 0  # ready now, and the oldest of those ready
+
+
+def test_spare_pool_close_kills_spares_at_once_even_while_they_start():
+    """Closing a lane's pool must not wait for a spare's start-up (torch's import, a CUDA context: seconds)."""
+    import threading
+
+    from harness.evaluate import SparePool
+
+    class Handle:
+        def __init__(self):
+            self.stopped = threading.Event()
+            self.killed = False
+
+        def stop(self):
+            self.stopped.set()
+
+        def kill(self):
+            self.killed = True
+
+    handles: list[Handle] = []
+
+    def make(register):
+        h = Handle()
+        handles.append(h)
+        register(h)
+        if len(handles) == 1:
+            return h  # ready at once
+        return None if h.stopped.wait(10) else h  # a start-up of 10 s, unless killed
+
+    pool = SparePool(make, size=3)
+    pool.prime()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    pool.close()
+    assert time.monotonic() - t0 < 2.0
+    assert len(handles) == 3 and all(h.stopped.is_set() for h in handles)
+    assert handles[0].killed and not any(h.killed for h in handles[1:])
 
 
 def _state(pid: int) -> str:
