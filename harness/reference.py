@@ -120,9 +120,10 @@ class ReferenceRunner:
             raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
         return reply
 
-    def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None) -> dict:
+    def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None,
+             env: dict | None = None) -> dict:
         return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
-                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores)
+                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
 
     def calibrate(self, cache_bytes: int) -> Calibration:
         cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)

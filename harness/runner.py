@@ -46,7 +46,7 @@ from .integrity import TreeGuard
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming
-from .workers import WorkerGone, WorkerHandle
+from .workers import WorkerGone, WorkerHandle, discard_early, take_early
 
 POISON_BYTES = 4 * 2**30
 SHM_MIN_FREE = 8 * 2**30
@@ -314,19 +314,31 @@ class Runner:
     def _start_references(self, lane_cores, toolchain: str) -> list[ReferenceRunner]:
         plan = self.plan
         refs: list[ReferenceRunner] = []
+        envs: list[dict] = []
         for i, dev in enumerate(plan.lanes):
             turn = self.turns.setdefault(dev, DeviceTurn(pause_builds=lane_cores[i] is None))
             env = {"KBH_TOOLCHAIN": toolchain, "TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
                    "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
             if plan.device == "cuda":
                 env["CUDA_VISIBLE_DEVICES"] = dev
-            w = self._spawn(i, env, self.logs / f"reference.lane{i}.log", trusted=True)
+            envs.append(env)
+            log = self.logs / f"reference.lane{i}.log"
+            w = take_early() if i == 0 else None
+            if w is not None:
+                try:
+                    w.move_log(log, INIT_TIMEOUT_S)
+                except WorkerGone:
+                    w = None
+            if w is None:
+                w = self._spawn(i, env, log, trusted=True)
             refs.append(ReferenceRunner(w, plan, loop_settings(plan), plan.config.timeouts.shape_s, turn=turn))
+        discard_early()
         errors = []
 
         def init(i: int) -> None:
             try:
-                self.lane_info[i] = refs[i].init(self._problem_src(), plan.device, str(plan.cache_dir), lane_cores[i])
+                self.lane_info[i] = refs[i].init(self._problem_src(), plan.device, str(plan.cache_dir), lane_cores[i],
+                                                 envs[i])
             except (RuntimeError, WorkerGone) as e:
                 errors.append(f"reference worker on lane {i} failed to start: {e}")
 
