@@ -10,6 +10,7 @@ Targets on the H200 host: the cold batch in at most 3x one cold build's time; th
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -62,6 +63,12 @@ def main() -> None:
     print(f"one cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
           f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
     print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
+    for label, out in (("cold", out_cold), ("warm", out_warm)):
+        keep = REPO / "results" / "throughput" / label
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in ("run.json", "results.jsonl"):
+            if (out / name).exists():
+                shutil.copy(out / name, keep / name)
     for label, wall, out in (("cold", wall_cold, out_cold), ("warm", wall_warm, out_warm)):
         print(f"\n{label} batch: where the time went\n")
         print(breakdown(run_json(out), records(out)))
