@@ -23,57 +23,61 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--shapes", nargs="*", default=None)
+    ap.add_argument("--singles", type=int, default=2, help="cold builds of one candidate for the baseline (after the batches)")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-throughput-"))
     cands = [str(p) for p in write(base / "candidates", grid_variants())]
     extra = (["--gpus", args.gpus] if args.gpus else []) + (["--shapes", *args.shapes] if args.shapes else [])
     common = [args.config, "--device", "cuda", *extra]
-
-    singles = []
-    for k in range(2):
-        wall1, out1, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache",
-                                  str(base / f"cache_single{k}"), "--out", str(base / f"single{k}"))
-        singles.append(run_json(out1)["builds"][Path(cands[0]).stem]["seconds"])
-    # The same build took 43 s first and 31 s in a later run on the same machine (eighth session), plausibly
-    # the first compile reading compilers and headers from disk; the batch runs after both, so the faster one
-    # is the baseline (the conservative choice).
-    one_build = min(singles)
-
-    batch_cache = base / "cache_batch"
-    wall_cold, out_cold, rc_cold = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out",
-                                            str(base / "cold"))
-    wall_warm, out_warm, rc_warm = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out",
-                                            str(base / "warm"))
     n = len(cands)
+
+    # Each part prints as soon as it ends, so a run cut short by a time limit still reports what it finished.
+    batch_cache = base / "cache_batch"
     rows = []
-    for label, wall, out in (("one candidate, cold build only (second of two)", wall1, out1),
-                             ("16 candidates, cold cache", wall_cold, out_cold),
-                             ("16 candidates, warm cache", wall_warm, out_warm)):
-        run = run_json(out)
-        builds = run["builds"].values()
-        recs = records(out)
-        correct = sum(r["status"] == "correct" for r in recs)
-        rows.append([label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
-                     sum(b["cached"] for b in builds), run["build_jobs"], f"{correct}/{len(recs)}"])
-    print(f"GPU: {run_json(out_cold)['devices']['0'].get('gpu')}; config {Path(args.config).name}; wall = whole "
-          f"run_eval (builds, reference, checks, timing, reports).\n")
-    print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds", "build jobs",
-                    "correct records"], rows))
-    print(f"\none cold build, twice into empty caches: {singles[0]:.0f} s, {singles[1]:.0f} s (the faster is the baseline)")
-    print(f"one cold build: {one_build:.0f} s; cold batch / one cold build = {wall_cold / one_build:.2f} "
-          f"(target <= 3); warm batch per candidate = {wall_warm / n:.1f} s (target <= 3)")
-    print(f"exit codes: cold {rc_cold}, warm {rc_warm}; runs in {base}")
-    for label, out in (("cold", out_cold), ("warm", out_warm)):
+    for label in ("cold", "warm"):
+        wall, out, rc = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out", str(base / label))
+        rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
+        print(f"\n{label} batch: {wall:.1f} s, {wall / n:.1f} s per candidate, exit code {rc}; where the time went\n")
+        print(breakdown(run_json(out), records(out)))
+        print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
+        print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run_json(out).get("timeline_s") or {}).items()]))
         keep = REPO / "results" / "throughput" / label
         keep.mkdir(parents=True, exist_ok=True)
         for name in ("run.json", "results.jsonl"):
             if (out / name).exists():
                 shutil.copy(out / name, keep / name)
-    for label, wall, out in (("cold", wall_cold, out_cold), ("warm", wall_warm, out_warm)):
-        print(f"\n{label} batch: where the time went\n")
-        print(breakdown(run_json(out), records(out)))
-        print(f"\n{label} batch: timeline (s since run_eval.py started; whole run {wall:.1f} s)\n")
-        print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run_json(out).get("timeline_s") or {}).items()]))
+        if label == "cold":
+            wall_cold = wall
+        else:
+            wall_warm = wall
+
+    # The same single build took 43 s first and 31 s in a later run on the same machine (eighth session); the
+    # fastest of these is the baseline (the conservative choice).
+    singles = []
+    for k in range(args.singles):
+        wall1, out1, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache",
+                                  str(base / f"cache_single{k}"), "--out", str(base / f"single{k}"))
+        singles.append(run_json(out1)["builds"][Path(cands[0]).stem]["seconds"])
+        rows.insert(0, summary_row(f"one candidate, cold build only ({k + 1} of {args.singles})", wall1, out1))
+        print(f"\none cold build: {singles[-1]:.0f} s", flush=True)
+    print(f"\nGPU: {run_json(base / 'cold')['devices']['0'].get('gpu')}; config {Path(args.config).name}; wall = whole "
+          f"run_eval (builds, reference, checks, timing, reports).\n")
+    print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds", "build jobs",
+                    "correct records"], rows))
+    if singles:
+        one_build = min(singles)
+        print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
+              f"{wall_cold / one_build:.2f} (target <= 3)")
+    print(f"warm batch per candidate = {wall_warm / n:.1f} s (target <= 3); runs in {base}")
+
+
+def summary_row(label: str, wall: float, out: Path) -> list:
+    run = run_json(out)
+    builds = run["builds"].values()
+    recs = records(out)
+    correct = sum(r["status"] == "correct" for r in recs)
+    return [label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
+            sum(b["cached"] for b in builds), run["build_jobs"], f"{correct}/{len(recs)}"]
 
 
 def breakdown(run: dict, recs: list[dict]) -> str:

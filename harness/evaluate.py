@@ -314,6 +314,7 @@ class CandidateEvaluation:
                 continue
             rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
         ev.rounds = rounds
+        ev.floor_launch_us = paired_launch_floor(rounds, ev.floor_launch_us)
         ev.times_file = self._keep_raw(shape, rounds)
         return batches
 
@@ -474,6 +475,15 @@ class CandidateEvaluation:
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
             log=str(self.log), eval_seconds=seconds, phase_seconds=dict(self.phases),
         )
+
+
+def paired_launch_floor(rounds: list[Round], fallback: float | None) -> float | None:
+    """The empty launch's median over the rounds that paired it with the candidate's calls, else the reference's
+    one-off floor: `launch_bound` compares the candidate with a launch timed in the same host phases. The host's
+    launch time moves between phases (23-28 against 43-59 us, sixth session), and a floor timed once, seconds
+    earlier, may sit in another one."""
+    launches = [x for r in rounds for x in r.launch]
+    return summarize(launches).median_us if launches else fallback
 
 
 FAST_TAIL_MAX = 256

@@ -80,3 +80,14 @@ def test_pooled_ratio_pools_rounds_and_needs_both_sides():
 def test_round_medians_name_each_figure():
     r = Round(reference=(3.0, 1.0, 2.0), candidate=(1.0,), copy=(), launch=(4.0, 6.0))
     assert r.medians() == {"reference_us": 2.0, "time_us": 1.0, "copy_us": None, "launch_us": 5.0}
+
+
+def test_launch_floor_is_paired_when_rounds_timed_one():
+    from harness.evaluate import paired_launch_floor
+    from harness.stats import Round
+
+    rounds = [Round(reference=(9.0,), candidate=(3.0,), launch=(30.0, 32.0)), Round(reference=(9.0,), candidate=(3.0,),
+                                                                                   launch=(40.0,))]
+    assert paired_launch_floor(rounds, 20.0) == 32.0
+    assert paired_launch_floor([Round(reference=(9.0,), candidate=(3.0,))], 20.0) == 20.0
+    assert paired_launch_floor([], None) is None
