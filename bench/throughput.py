@@ -34,8 +34,10 @@ def main() -> None:
     # Each part prints as soon as it ends, so a run cut short by a time limit still reports what it finished.
     batch_cache = base / "cache_batch"
     rows = []
+    walls: dict[str, float] = {}
     for label in ("cold", "warm"):
         wall, out, rc = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out", str(base / label))
+        walls[label] = wall
         rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
         print(f"\n{label} batch: {wall:.1f} s, {wall / n:.1f} s per candidate, exit code {rc}; where the time went\n")
         print(breakdown(run_json(out), records(out)))
@@ -46,10 +48,6 @@ def main() -> None:
         for name in ("run.json", "results.jsonl"):
             if (out / name).exists():
                 shutil.copy(out / name, keep / name)
-        if label == "cold":
-            wall_cold = wall
-        else:
-            wall_warm = wall
 
     # The same single build took 43 s first and 31 s in a later run on the same machine (eighth session); the
     # fastest of these is the baseline (the conservative choice).
@@ -67,8 +65,8 @@ def main() -> None:
     if singles:
         one_build = min(singles)
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
-              f"{wall_cold / one_build:.2f} (target <= 3)")
-    print(f"warm batch per candidate = {wall_warm / n:.1f} s (target <= 3); runs in {base}")
+              f"{walls['cold'] / one_build:.2f} (target <= 3)")
+    print(f"warm batch per candidate = {walls['warm'] / n:.1f} s (target <= 3); runs in {base}")
 
 
 def summary_row(label: str, wall: float, out: Path) -> list:

@@ -66,6 +66,16 @@ class LaneContext:
     keep: Callable[[str, bytes], Path] | None = None
 
 
+@contextlib.contextmanager
+def seconds_into(seconds: dict[str, float], name: str):
+    """Add the block's wall seconds to seconds[name]: where a record's stages or a lane's steps spend time."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[name] = seconds.get(name, 0.0) + time.monotonic() - t0
+
+
 class SparePool:
     """Initialized candidate workers kept ready (up to `size`, started in parallel), so a new candidate starts
     with no wait on torch's import. With one, a candidate evaluated faster than a worker imports torch
@@ -115,13 +125,11 @@ class SparePool:
             slots, self.slots = self.slots, []
         for _, _, spawned in slots:
             for h in spawned:
-                stop = getattr(h, "stop", None)
-                if stop is not None:
-                    stop()
+                h.stop()
         for t, box, _ in slots:
             t.join()
             if box[0] is not None:
-                (getattr(box[0], "kill", None) or box[0].close)()
+                box[0].kill()
 
 
 class CandidateEvaluation:
@@ -142,14 +150,9 @@ class CandidateEvaluation:
         self.phases: dict[str, float] = {}
 
     # -- worker plumbing -------------------------------------------------------------------
-    @contextlib.contextmanager
     def _phase(self, name: str):
         """Wall seconds per stage of a shape, for the record: where an evaluation's time goes."""
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t0, 3)
+        return seconds_into(self.phases, name)
 
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
         assert self.worker is not None
@@ -473,7 +476,7 @@ class CandidateEvaluation:
             bandwidth_gbps=bw if correct else None,
             bandwidth_frac=(bw / copy) if correct and bw and copy else None,
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
-            log=str(self.log), eval_seconds=seconds, phase_seconds=dict(self.phases),
+            log=str(self.log), eval_seconds=seconds, phase_seconds={k: round(v, 3) for k, v in self.phases.items()},
         )
 
 

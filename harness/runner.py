@@ -40,13 +40,14 @@ from .evaluate import (
     SparePool,
     loop_settings,
     safe_name,
+    seconds_into,
     static_only_records,
 )
 from .integrity import TreeGuard
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming
-from .workers import WorkerGone, WorkerHandle, discard_early, take_early
+from .workers import WorkerGone, WorkerHandle, take_early
 
 POISON_BYTES = 4 * 2**30
 SHM_MIN_FREE = 8 * 2**30
@@ -332,7 +333,6 @@ class Runner:
             if w is None:
                 w = self._spawn(i, env, log, trusted=True)
             refs.append(ReferenceRunner(w, plan, loop_settings(plan), plan.config.timeouts.shape_s, turn=turn))
-        discard_early()
         errors = []
 
         def init(i: int) -> None:
@@ -431,12 +431,10 @@ class Runner:
                               turn=ref.turn, keep=self.guard.keep,
                               poison_bytes=POISON_BYTES if plan.device == "cuda" else 0)
             spent = self.lane_seconds.setdefault(i, dict.fromkeys(LANE_STEPS, 0.0))
-            clock = time.monotonic
-            loop_start = clock()
+            loop_start = time.monotonic()
             while True:
-                t = clock()
-                item = work.get()
-                spent["waiting for a build"] += clock() - t
+                with seconds_into(spent, "waiting for a build"):
+                    item = work.get()
                 if item is None:
                     break
                 cand, build = item
@@ -450,27 +448,21 @@ class Runner:
                                          self._tampered_by(cand.name))
                 try:
                     for shape in todo[cand.name]:
-                        t = clock()
-                        record = ev.evaluate_shape(shape)
-                        spent["records"] += clock() - t
-                        t = clock()
-                        self.writer.write(record)
-                        spent["writing records"] += clock() - t
-                        t = clock()
-                        progress.advance(t_eval)
-                        spent["progress display"] += clock() - t
+                        with seconds_into(spent, "records"):
+                            record = ev.evaluate_shape(shape)
+                        with seconds_into(spent, "writing records"):
+                            self.writer.write(record)
+                        with seconds_into(spent, "progress display"):
+                            progress.advance(t_eval)
                 finally:
-                    t = clock()
-                    ev.close()
-                    spent["closing workers"] += clock() - t
+                    with seconds_into(spent, "closing workers"):
+                        ev.close()
                     with self.lock:
                         self.evaluating.discard(cand.name)
-            spent["other"] = clock() - loop_start - sum(spent.values())
+            spent["other"] = time.monotonic() - loop_start - sum(spent.values())
         finally:
-            t = time.monotonic()
-            spares.close()
-            if i in self.lane_seconds:
-                self.lane_seconds[i]["closing spare workers"] = time.monotonic() - t
+            with seconds_into(self.lane_seconds.setdefault(i, {}), "closing spare workers"):
+                spares.close()
 
 
 LANE_STEPS = ("records", "writing records", "progress display", "closing workers", "waiting for a build")

@@ -230,17 +230,20 @@ def spawn_early(repo_root: Path) -> None:
 
 
 def take_early() -> WorkerHandle | None:
-    while _EARLY:
-        w = _EARLY.pop()
-        if w.alive and w.proc.poll() is None:
-            return w
-        w.kill()
-    return None
+    """The early worker, if it is still alive; a dead one is discarded."""
+    w = _EARLY.pop() if _EARLY else None
+    if w is not None and (not w.alive or w.proc.poll() is not None):
+        _drop(w)
+        return None
+    return w
 
 
 def discard_early() -> None:
     while _EARLY:
-        w = _EARLY.pop()
-        w.kill()
-        with contextlib.suppress(OSError):
-            w.log_path.unlink()
+        _drop(_EARLY.pop())
+
+
+def _drop(w: WorkerHandle) -> None:
+    w.kill()
+    with contextlib.suppress(OSError):
+        w.log_path.unlink()

@@ -78,7 +78,10 @@ def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
     class Fake:
         closed = 0
 
-        def close(self):
+        def stop(self):
+            pass
+
+        def kill(self):
             Fake.closed += 1
 
     starts: list[float] = []
