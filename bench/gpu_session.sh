@@ -66,6 +66,8 @@ for step in "$@"; do
       timeout "$t" $PY run_eval.py configs/pack_tokens.yaml --device cuda --out results/gpu-bundled > "$OUT/eval.log" 2>&1
       cat results/gpu-bundled/summary.md >> "$OUT/eval.log"
       export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
+    buildsplit)
+      timeout "$t" $PY bench/build_split.py ${BUILDSPLIT_ARGS:-} > "$OUT/build_split.log" 2>&1 ;;
     feedcost)
       timeout "$t" $PY bench/feed_cost.py ${FEEDCOST_ARGS:-} > "$OUT/feed_cost.log" 2>&1 ;;
     overhead)
@@ -78,7 +80,7 @@ for step in "$@"; do
       timeout "$t" $PY bench/stability.py --shapes seed wide mixtral --runs 1 --rounds 30 --budget 12 \
         --out results/phases > "$OUT/phases.log" 2>&1 ;;
     stability)
-      timeout $(( t - 20 )) $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability.log" 2>&1 ;;
+      timeout $(( t - 20 )) $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability${TAG:-}.log" 2>&1 ;;
     cache)
       tar czf "$OUT/cache.tgz" --exclude='*.o' --exclude='*.lock' .cache 2>> "$OUT/session.log" ;;
     runs)

@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -136,13 +137,73 @@ def install(cache_dir: str | Path) -> None:
     ce.load = _cached(ce.load, "load", cache_dir, env_key)
 
 
-def build_pch() -> None:
-    """Build torch/extension.h's precompiled header if it is missing or stale (C++-only builds use it)."""
+def pch_command() -> list[str] | None:
+    """torch's own command for torch/extension.h's precompiled header, the flags it pairs with the flags its
+    builds compile main.cpp with, or None where torch builds none (not Linux, not gcc). Captured, not run:
+    torch would write the header into its install. Patches subprocess and os.path globally: call it in a
+    process of its own (`python -m harness.extcache --pch CACHE`)."""
+    import subprocess
+
     import torch.utils.cpp_extension as ce
 
-    ce._check_and_build_extension_h_precompiler_headers(None, None)
+    seen: list[str] = []
+
+    class _Captured(Exception):
+        pass
+
+    def capture(cmd, *args, **kwargs):
+        if "c++-header" not in (cmd if isinstance(cmd, str) else " ".join(map(str, cmd))):
+            return real_check(cmd, *args, **kwargs)
+        seen.append(cmd)
+        raise _Captured
+
+    real_check, real_isfile = subprocess.check_output, os.path.isfile
+    subprocess.check_output = capture
+    os.path.isfile = lambda p: False if str(p).endswith((".gch", ".sign")) else real_isfile(p)
+    try:
+        ce._check_and_build_extension_h_precompiler_headers(None, None)
+    except _Captured:
+        pass
+    finally:
+        subprocess.check_output, os.path.isfile = real_check, real_isfile
+    if not seen:
+        return None
+    args = shlex.split(seen[0]) if isinstance(seen[0], str) else list(seen[0])
+    return args if "-o" in args[:-1] else None
+
+
+def pch_folder(cache_dir: Path, args: list[str], toolchain: str) -> Path:
+    """Where the header for this command and compiler lives: put on CPATH, gcc finds
+    torch/extension.h.gch there before torch's own include folder (-isystem)."""
+    i = args.index("-o")
+    return Path(cache_dir) / "pch" / _digest([CACHE_VERSION, args[:i] + args[i + 2:], toolchain])[:24]
+
+
+def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:
+    """Build the precompiled header into the cache unless it is there; the folder to put on CPATH, or None."""
+    import subprocess
+
+    args = pch_command()
+    if args is None:
+        return None
+    folder = pch_folder(cache_dir, args, toolchain)
+    target = folder / "torch" / "extension.h.gch"
+    if target.is_file():
+        return folder
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(folder / "build.lock"):
+        if not target.is_file():
+            tmp = target.with_name(f"tmp-{os.getpid()}.gch")
+            i = args.index("-o")
+            t0 = time.perf_counter()
+            subprocess.run(args[:i + 1] + [str(tmp)] + args[i + 2:], check=True)
+            tmp.replace(target)
+            (folder / "meta.json").write_text(json.dumps({"command": args, "toolchain": toolchain,
+                                                          "seconds": time.perf_counter() - t0}))
+    return folder
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--pch"]:
-        build_pch()
+    if len(sys.argv) == 4 and sys.argv[1] == "--pch":
+        found = ensure_pch(Path(sys.argv[2]), sys.argv[3])
+        print(f"PCH {found or ''}")
