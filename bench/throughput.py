@@ -1,5 +1,7 @@
 """Throughput of a batch: 16 distinct honest candidates (variants of the fast kernel) in one run, cold
-(empty build cache) and warm (same cache), against one cold build of a single candidate.
+(empty build cache) and warm (same cache), against one cold build of a single candidate. Then 16 new
+candidates (the same kernels under other extension names) in the same cache: what a later batch of new
+candidates costs once the cache holds torch/extension.h's precompiled header.
 
     python bench/throughput.py [--config configs/pack_tokens.yaml] [--gpus N]
 
@@ -10,6 +12,7 @@ Targets on the H200 host: the cold batch in at most 3x one cold build's time; th
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +27,7 @@ def main() -> None:
     ap.add_argument("--gpus", default=None)
     ap.add_argument("--shapes", nargs="*", default=None)
     ap.add_argument("--singles", type=int, default=2, help="cold builds of one candidate for the baseline (after the batches)")
+    ap.add_argument("--no-new", dest="new", action="store_false", help="skip the batch of new candidates")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-throughput-"))
     cands = [str(p) for p in write(base / "candidates", grid_variants())]
@@ -35,12 +39,16 @@ def main() -> None:
     batch_cache = base / "cache_batch"
     rows = []
     walls: dict[str, float] = {}
-    for label in ("cold", "warm"):
-        wall, out, rc = run_eval(*common, "--solution", *cands, "--cache", str(batch_cache), "--out", str(base / label))
+    fresh = [str(p) for p in renamed(base / "candidates_new", cands)]
+    for label in ("cold", "warm", "new") if args.new else ("cold", "warm"):
+        batch = fresh if label == "new" else cands
+        wall, out, rc = run_eval(*common, "--solution", *batch, "--cache", str(batch_cache), "--out", str(base / label))
         walls[label] = wall
         rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
         print(f"\n{label} batch: {wall:.1f} s, {wall / n:.1f} s per candidate, exit code {rc}; where the time went\n")
         print(breakdown(run_json(out), records(out)))
+        print(f"\n{label} batch: header {run_json(out).get('pch')}; builds compiled with it: "
+              f"{sum(bool(b.get('pch')) for b in run_json(out)['builds'].values())} of {n}")
         print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
         print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run_json(out).get("timeline_s") or {}).items()]))
         keep = REPO / "results" / "throughput" / label
@@ -67,6 +75,19 @@ def main() -> None:
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
               f"{walls['cold'] / one_build:.2f} (target <= 3)")
     print(f"warm batch per candidate = {walls['warm'] / n:.1f} s (target <= 3); runs in {base}")
+
+
+def renamed(folder: Path, cands: list[str]) -> list[Path]:
+    """The candidates with another extension name: new cache entries, the same compile work."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for c in cands:
+        text, k = re.subn(r'name="pack_tokens_fast_"', 'name="pack_tokens_fast_new_"', Path(c).read_text(), count=1)
+        if k != 1:
+            raise SystemExit(f"{c}: no extension name to change")
+        out.append(folder / f"{Path(c).stem}_new.py")
+        out[-1].write_text(text)
+    return out
 
 
 def summary_row(label: str, wall: float, out: Path) -> list:

@@ -57,6 +57,7 @@ class BuildResult:
     seconds: float = 0.0
     cached: bool = False
     log: str = ""
+    pch: bool = False  # main.cpp compiled with the cache's precompiled torch/extension.h
 
 
 def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
@@ -161,13 +162,76 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     status = data.get("status")
     events = data.get("events") or []
     cached = bool(events) and all(ev.get("cached") for ev in events)
+    pch = any(ev.get("pch") for ev in events)
     if status == "built":
-        return BuildResult("built", "", seconds, cached, str(log_path))
+        return BuildResult("built", "", seconds, cached, str(log_path), pch)
     if status == "compile_error":
         return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path))
     # An import that failed without a compiler error (or found no ModelNew) is decided by the
     # evaluation worker, which imports the candidate again with the device visible.
     return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path))
+
+
+class HeaderBuild:
+    """torch/extension.h precompiled into the build cache by the judge (`harness.extcache --pch`, no candidate
+    code), once per torch and compiler. A build uses it if it is complete when its compile starts
+    (extcache.ready_pch). In CPU mode, where main.cpp is the whole compile, the runner makes it first and
+    waits. CUDA builds start at once (their .cu compile is the longer half and cannot use it) and the
+    header is made once a build has really compiled, so a run whose builds all come from the cache does not
+    spend a core on it: builds that start after it is ready, and later runs on the same cache, use it."""
+
+    def __init__(self, cache_dir: Path, toolchain: str, env: dict[str, str], log_path: Path, timeout_s: float,
+                 cores: list[int] | None = None):
+        self.folder: str | None = None
+        self.seconds: float | None = None
+        self.status = "not started"
+        self._args = [sys.executable, "-m", "harness.extcache", "--pch", str(cache_dir), toolchain]
+        self._env, self._log, self._timeout, self._cores = env, log_path, timeout_s, cores
+        self._cache = Path(cache_dir)
+        self._proc: subprocess.Popen | None = None
+        self._done = threading.Event()
+
+    def start(self) -> None:
+        self.status = "building"
+        t0 = time.monotonic()
+        with open(self._log, "ab") as log:
+            self._proc = subprocess.Popen(self._args, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=log, start_new_session=True)
+        if self._cores:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(self._proc.pid, self._cores)
+
+        def finish() -> None:
+            try:
+                out, _ = self._proc.communicate(timeout=self._timeout)
+                line = next((ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("PCH ")), "")
+                self.folder = line[4:].strip() or None
+                if self.status != "stopped":
+                    self.status = "ready" if self.folder else ("none" if self._proc.returncode == 0 else "failed")
+            except subprocess.TimeoutExpired:
+                self.stop()
+                self.status = "timeout"
+            self.seconds = time.monotonic() - t0
+            self._done.set()
+
+        threading.Thread(target=finish, name="kbh-pch", daemon=True).start()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def stop(self) -> None:
+        """Kill a header build still running when the run ends, and drop its partial file."""
+        if self._proc is not None and self._proc.poll() is None:
+            self.status = "stopped"
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+            for tmp in (self._cache / "pch").glob(f"*/torch/tmp-{self._proc.pid}.gch"):
+                tmp.unlink(missing_ok=True)
+
+    def info(self) -> dict:
+        return {"status": self.status, "folder": self.folder,
+                "seconds": round(self.seconds, 2) if self.seconds is not None else None}
 
 
 class BuildPool:

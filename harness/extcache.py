@@ -4,7 +4,10 @@ Each `load_inline`/`load` call is keyed by its arguments (sources, flags, names)
 else that changes the binary (torch, CUDA and Python versions, target architectures, compilers,
 flag variables). A hit imports the cached shared library directly, with no compiler and no ninja; a
 miss builds into the key's folder under a file lock, keeps the library and drops the object files.
-The global precompiled header is left alone: candidates cannot delete or rebuild it mid-run.
+torch's own precompiled header (in its install) is left alone: candidates cannot delete or rebuild it mid-run.
+The harness keeps its own in the cache (`ensure_pch`, made by the judge with torch's command): with
+KBH_PCH=1 a miss compiles with it on CPATH once it is complete. It does not change the binary, so it is
+not part of the key.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ KEY_ENV = ("TORCH_CUDA_ARCH_LIST", "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS",
 IGNORED_ARGS = ("build_directory", "verbose", "keep_intermediates", "use_pch")
 
 events: list[dict] = []
+_torch_pch = None  # torch's header builder, kept when install() disables it for candidates
 
 
 def environment_key() -> dict:
@@ -101,10 +105,12 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
                     a["verbose"] = False
                     if "use_pch" in a:
                         a["use_pch"] = False
+                    header = ready_pch(cache_dir) if os.environ.get("KBH_PCH") == "1" else None
                     try:
-                        result = orig(**a)
+                        with _on_cpath(header):
+                            result = orig(**a)
                     except BaseException as e:
-                        events.append({"name": name, "key": key, "cached": False, "ok": False,
+                        events.append({"name": name, "key": key, "cached": False, "ok": False, "pch": bool(header),
                                        "seconds": time.perf_counter() - t0, "message": str(e)})
                         raise
                     for obj in folder.glob("*.o"):
@@ -113,7 +119,7 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
                     tmp.write_text(json.dumps({"name": name, "function": fn_name,
                                                "seconds": time.perf_counter() - t0}))
                     tmp.replace(meta)
-                    events.append({"name": name, "key": key, "cached": False, "ok": True,
+                    events.append({"name": name, "key": key, "cached": False, "ok": True, "pch": bool(header),
                                    "seconds": time.perf_counter() - t0})
                     return result
         result = _import(name, lib, a["is_python_module"])
@@ -131,6 +137,8 @@ def install(cache_dir: str | Path) -> None:
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     env_key = environment_key()
+    global _torch_pch
+    _torch_pch = _torch_pch or ce._check_and_build_extension_h_precompiler_headers
     ce.remove_extension_h_precompiler_headers = lambda: None
     ce._check_and_build_extension_h_precompiler_headers = lambda *a, **k: None
     ce.load_inline = _cached(ce.load_inline, "load_inline", cache_dir, env_key)
@@ -161,7 +169,7 @@ def pch_command() -> list[str] | None:
     subprocess.check_output = capture
     os.path.isfile = lambda p: False if str(p).endswith((".gch", ".sign")) else real_isfile(p)
     try:
-        ce._check_and_build_extension_h_precompiler_headers(None, None)
+        (_torch_pch or ce._check_and_build_extension_h_precompiler_headers)(None, None)
     except _Captured:
         pass
     finally:
@@ -177,6 +185,36 @@ def pch_folder(cache_dir: Path, args: list[str], toolchain: str) -> Path:
     torch/extension.h.gch there before torch's own include folder (-isystem)."""
     i = args.index("-o")
     return Path(cache_dir) / "pch" / _digest([CACHE_VERSION, args[:i] + args[i + 2:], toolchain])[:24]
+
+
+def ready_pch(cache_dir: Path) -> Path | None:
+    """The cache's precompiled header for this torch and compiler, if it is complete (it appears by rename)."""
+    try:
+        args = pch_command()
+    except Exception:
+        return None
+    if args is None:
+        return None
+    folder = pch_folder(cache_dir, args, os.environ.get("KBH_TOOLCHAIN", ""))
+    return folder if (folder / "torch" / "extension.h.gch").is_file() else None
+
+
+@contextlib.contextmanager
+def _on_cpath(folder: Path | None):
+    """gcc searches CPATH like -I, so before torch's -isystem folder: main.cpp's `#include <torch/extension.h>`
+    finds the .gch there. A header built with other flags is skipped by gcc, which then reads the text."""
+    if folder is None:
+        yield
+        return
+    before = os.environ.get("CPATH")
+    os.environ["CPATH"] = os.pathsep.join(filter(None, [str(folder), before]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("CPATH", None)
+        else:
+            os.environ["CPATH"] = before
 
 
 def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:

@@ -25,6 +25,7 @@ from . import report, static_checks
 from .build import (
     BuildPool,
     BuildResult,
+    HeaderBuild,
     build_env,
     build_nice,
     builds_frozen,
@@ -72,6 +73,7 @@ class Runner:
         self.ref_timings: dict[int, dict[str, RefTiming]] = {}
         self.calibrations: dict[int, object] = {}
         self.builds: dict[str, BuildResult] = {}
+        self.pch: HeaderBuild | None = None
         self.errors: list[str] = []
         self.timeline: dict[str, float] = {}
         self.lane_seconds: dict[int, dict[str, float]] = {}
@@ -233,6 +235,8 @@ class Runner:
                     c = futures[fut]
                     result = fut.result()
                     self.builds[c.name] = result
+                    if self.pch is not None and self.pch.status == "not started" and not result.cached:
+                        self.pch.start()  # a compile ran: make the header for the builds that start later
                     self._guard_check()
                     with self.lock:
                         self.building.discard(c.name)
@@ -256,6 +260,8 @@ class Runner:
                     t.join()
                 self._mark("evaluations_done")
                 pool.shutdown()
+                if self.pch is not None:
+                    self.pch.stop()
         self._write_run_json(arch, toolchain, final=True)
         records = self.writer.records
         note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
@@ -270,8 +276,15 @@ class Runner:
                        progress, t_build, t_eval) -> None:
         plan = self.plan
         self._mark("builds_started")
-        if plan.device == "cpu" and plan.config.build.pch and any(c.native_kind == "cpp" for c in cands):
-            self._build_pch(benv)
+        if plan.config.build.pch and any(c.native_kind in ("cpp", "cuda") for c in cands) and self.pch is None:
+            self.pch = HeaderBuild(plan.cache_dir, benv.get("KBH_TOOLCHAIN", ""),
+                                   dict(os.environ, **benv, PYTHONPATH=str(self.repo_root)), self.logs / "pch.log",
+                                   plan.config.build.timeout_s, build_cores)
+            self.guard.allow_log("pch.log")
+            if plan.device == "cpu":
+                self.pch.start()
+                self.pch.wait()
+            benv = dict(benv, KBH_PCH="1")
         for c in cands:
             errors = [f for f in findings[c.name] if f.severity == "error"]
             if errors and plan.static_policy == "strict":
@@ -300,16 +313,6 @@ class Runner:
     def _write_all(self, records: list[Record]) -> None:
         for r in records:
             self.writer.write(r)
-
-    def _build_pch(self, env: dict) -> None:
-        import subprocess
-        import sys
-
-        full = dict(os.environ, **env, PYTHONPATH=str(self.repo_root))
-        with open(self.logs / "pch.log", "ab") as log:
-            self.guard.allow_log("pch.log")
-            subprocess.run([sys.executable, "-m", "harness.extcache", "--pch"], env=full, stdout=log,
-                           stderr=subprocess.STDOUT, timeout=self.plan.config.build.timeout_s)
 
     # -- references -----------------------------------------------------------------------------
     def _start_references(self, lane_cores, toolchain: str) -> list[ReferenceRunner]:
@@ -373,6 +376,7 @@ class Runner:
                             for s, t in timings.items()}
                 for lane, timings in self.ref_timings.items()}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
+            data["pch"] = self.pch.info() if self.pch is not None else None
             data["warnings"] = self.errors
             self._mark("run_json")
             data["timeline_s"] = dict(self.timeline)

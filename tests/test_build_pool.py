@@ -1,16 +1,20 @@
 """The build pool's scheduling: the GPU architecture read before any CUDA context, builds niced in the order
-they were submitted, and a stopped run leaving no build behind."""
+they were submitted, a stopped run leaving no build behind; the cache's precompiled header found only once
+complete, and its build stopped with the run."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from harness.build import BuildPool, build_nice, run_build, snapshot_candidate
+from harness import extcache
+from harness.build import BuildPool, HeaderBuild, build_nice, run_build, snapshot_candidate
 from harness.envinfo import gpu_arch_hint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,3 +83,54 @@ def test_shutdown_kills_a_running_build(tmp_path):
     pool.shutdown()
     result = fut.result(timeout=60)
     assert result.status == "deferred" and "exit code -9" in result.message
+
+
+def test_pch_command_is_torchs_header_command_and_patches_nothing_for_good():
+    before = (subprocess.check_output, os.path.isfile)
+    args = extcache.pch_command()
+    assert (subprocess.check_output, os.path.isfile) == before
+    if args is None:
+        pytest.skip("torch builds no precompiled header with this compiler")
+    i = args.index("-o")
+    assert "c++-header" in args and args[i - 1].endswith("extension.h") and args[i + 1].endswith("extension.h.gch")
+    assert args[i + 1].startswith(os.path.dirname(args[i - 1]))  # where torch would write it; ensure_pch redirects it
+
+
+def test_header_found_only_when_complete_and_only_for_its_compiler(tmp_path, monkeypatch):
+    args = extcache.pch_command()
+    if args is None:
+        pytest.skip("torch builds no precompiled header with this compiler")
+    monkeypatch.setenv("KBH_TOOLCHAIN", "gcc-a")
+    header = extcache.pch_folder(tmp_path, args, "gcc-a") / "torch"
+    header.mkdir(parents=True)
+    (header / "tmp-123.gch").write_bytes(b"partial")
+    assert extcache.ready_pch(tmp_path) is None
+    (header / "extension.h.gch").write_bytes(b"complete")
+    assert extcache.ready_pch(tmp_path) == header.parent
+    in_build_worker = subprocess.run(  # as a build worker sees it: after install() disabled torch's own header
+        [sys.executable, "-c", "import sys; from harness import extcache; extcache.install(sys.argv[1]); "
+                               "print(extcache.ready_pch(sys.argv[1]))", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, KBH_TOOLCHAIN="gcc-a"))
+    assert in_build_worker.stdout.strip() == str(header.parent), in_build_worker.stderr
+    monkeypatch.setenv("KBH_TOOLCHAIN", "gcc-b")
+    assert extcache.ready_pch(tmp_path) is None
+    monkeypatch.setenv("CPATH", "/x")
+    with extcache._on_cpath(header.parent):
+        assert os.environ["CPATH"] == f"{header.parent}{os.pathsep}/x"
+    assert os.environ["CPATH"] == "/x"
+
+
+def test_header_build_stopped_with_the_run_leaves_no_partial_file(tmp_path):
+    partial = tmp_path / "pch" / "k" / "torch"
+    partial.mkdir(parents=True)
+    hb = HeaderBuild(tmp_path, "tc", dict(os.environ), tmp_path / "pch.log", timeout_s=600)
+    hb._args = [sys.executable, "-c", f"import os, time\nopen(os.path.join({str(partial)!r}, f'tmp-{{os.getpid()}}.gch'), "
+                                      "'w').close()\ntime.sleep(600)"]
+    hb.start()
+    deadline = time.monotonic() + 60
+    while not list(partial.glob("tmp-*.gch")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(partial.glob("tmp-*.gch"))
+    hb.stop()
+    hb.wait()
+    assert hb.info()["status"] == "stopped" and not list(partial.glob("tmp-*.gch"))

@@ -103,6 +103,14 @@ def test_same_seed_reproduces_the_seeds_and_verdicts(run_eval, bundled):
     assert [r["status"] for r in again.records] == [r["status"] for r in bundled.records]
 
 
+def test_cpu_builds_compile_with_the_caches_precompiled_header(bundled):
+    """C++ builds wait for the header, so every compile of this run used it."""
+    if bundled.run_json["pch"]["status"] == "none":
+        pytest.skip("torch builds no precompiled header with this compiler")
+    assert bundled.run_json["pch"]["status"] == "ready", bundled.run_json["pch"]
+    assert all(b["pch"] or b["cached"] for b in bundled.run_json["builds"].values())
+
+
 def test_unchanged_candidate_reuses_its_build(run_eval, bundled):
     again = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu")
     build = again.run_json["builds"]["cpu_cpp"]
