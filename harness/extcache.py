@@ -196,7 +196,19 @@ def ready_pch(cache_dir: Path) -> Path | None:
     if args is None:
         return None
     folder = pch_folder(cache_dir, args, os.environ.get("KBH_TOOLCHAIN", ""))
-    return folder if (folder / "torch" / "extension.h.gch").is_file() else None
+    return folder if (folder / "torch" / "extension.h.gch").is_file() and _only_the_header(folder) else None
+
+
+def _only_the_header(folder: Path) -> bool:
+    """The folder goes on CPATH ahead of torch's headers, so any other header in it (a torch/extension.h, an
+    ATen/ folder) would replace torch's in every later build: such a folder is not used."""
+    try:
+        top = set(os.listdir(folder))
+        inner = os.listdir(folder / "torch")
+    except OSError:
+        return False
+    return top <= {"torch", "meta.json", "build.lock"} and all(
+        n == "extension.h.gch" or (n.startswith("tmp-") and n.endswith(".gch")) for n in inner)
 
 
 @contextlib.contextmanager

@@ -114,6 +114,14 @@ def test_header_found_only_when_complete_and_only_for_its_compiler(tmp_path, mon
     assert in_build_worker.stdout.strip() == str(header.parent), in_build_worker.stderr
     monkeypatch.setenv("KBH_TOOLCHAIN", "gcc-b")
     assert extcache.ready_pch(tmp_path) is None
+    monkeypatch.setenv("KBH_TOOLCHAIN", "gcc-a")
+    (header.parent / "ATen").mkdir()  # a planted header folder would shadow torch's in every later build
+    assert extcache.ready_pch(tmp_path) is None
+    (header.parent / "ATen").rmdir()
+    (header / "extension.h").write_text("#error planted\n")
+    assert extcache.ready_pch(tmp_path) is None
+    (header / "extension.h").unlink()
+    assert extcache.ready_pch(tmp_path) == header.parent
     monkeypatch.setenv("CPATH", "/x")
     with extcache._on_cpath(header.parent):
         assert os.environ["CPATH"] == f"{header.parent}{os.pathsep}/x"
