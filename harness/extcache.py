@@ -134,10 +134,10 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
 def install(cache_dir: str | Path) -> None:
     import torch.utils.cpp_extension as ce
 
+    global _torch_pch
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     env_key = environment_key()
-    global _torch_pch
     _torch_pch = _torch_pch or ce._check_and_build_extension_h_precompiler_headers
     ce.remove_extension_h_precompiler_headers = lambda: None
     ce._check_and_build_extension_h_precompiler_headers = lambda *a, **k: None
@@ -148,8 +148,9 @@ def install(cache_dir: str | Path) -> None:
 def pch_command() -> list[str] | None:
     """torch's own command for torch/extension.h's precompiled header, the flags it pairs with the flags its
     builds compile main.cpp with, or None where torch builds none (not Linux, not gcc). Captured, not run:
-    torch would write the header into its install. Patches subprocess and os.path globally: call it in a
-    process of its own (`python -m harness.extcache --pch CACHE`)."""
+    torch would write the header into its install. It patches subprocess and os.path for the moment it runs,
+    so it is called only in processes doing nothing else meanwhile: the header's own (`python -m
+    harness.extcache --pch CACHE TOOLCHAIN`) and a build worker about to compile."""
     import subprocess
 
     import torch.utils.cpp_extension as ce
@@ -246,7 +247,11 @@ def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:
             tmp = target.with_name(f"tmp-{os.getpid()}.gch")
             i = args.index("-o")
             t0 = time.perf_counter()
-            subprocess.run(args[:i + 1] + [str(tmp)] + args[i + 2:], check=True)
+            try:
+                subprocess.run(args[:i + 1] + [str(tmp)] + args[i + 2:], check=True)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             tmp.replace(target)
             (folder / "meta.json").write_text(json.dumps({"command": args, "toolchain": toolchain,
                                                           "seconds": time.perf_counter() - t0}))
