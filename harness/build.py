@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .extcache import partial_header
 from .workers import groups_stopped
 
 _RUNNING: dict[int, str] = {}
@@ -114,13 +115,17 @@ def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
     return env
 
 
+def _harness_env(repo_root: Path, env: dict[str, str]) -> dict[str, str]:
+    """The judge's environment with env on top, for a process that runs `python -m harness...` from anywhere."""
+    full = dict(os.environ, **env, PYTHONUNBUFFERED="1")
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+    return full
+
+
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
               log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0) -> BuildResult:
     result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
-    full_env = dict(os.environ)
-    full_env.update(env)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-    full_env["PYTHONUNBUFFERED"] = "1"
+    full_env = _harness_env(repo_root, env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "ab") as log:
@@ -180,13 +185,13 @@ class HeaderBuild:
     header is made once a build has really compiled, so a run whose builds all come from the cache does not
     spend a core on it: builds that start after it is ready, and later runs on the same cache, use it."""
 
-    def __init__(self, cache_dir: Path, toolchain: str, env: dict[str, str], log_path: Path, timeout_s: float,
-                 cores: list[int] | None = None):
+    def __init__(self, cache_dir: Path, toolchain: str, repo_root: Path, env: dict[str, str], log_path: Path,
+                 timeout_s: float, cores: list[int] | None = None):
         self.folder: str | None = None
         self.seconds: float | None = None
         self.status = "not started"
         self._args = [sys.executable, "-m", "harness.extcache", "--pch", str(cache_dir), toolchain]
-        self._env, self._log, self._timeout, self._cores = env, log_path, timeout_s, cores
+        self._env, self._log, self._timeout, self._cores = _harness_env(repo_root, env), log_path, timeout_s, cores
         self._cache = Path(cache_dir)
         self._proc: subprocess.Popen | None = None
         self._done = threading.Event()
@@ -226,7 +231,7 @@ class HeaderBuild:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
-            for tmp in (self._cache / "pch").glob(f"*/torch/tmp-{self._proc.pid}.gch"):
+            for tmp in (self._cache / "pch").glob(f"*/torch/{partial_header(self._proc.pid)}"):
                 tmp.unlink(missing_ok=True)
 
     def info(self) -> dict:

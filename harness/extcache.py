@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import importlib.util
 import inspect
@@ -209,7 +210,12 @@ def _only_the_header(folder: Path) -> bool:
     except OSError:
         return False
     return top <= {"torch", "meta.json", "build.lock"} and all(
-        n == "extension.h.gch" or (n.startswith("tmp-") and n.endswith(".gch")) for n in inner)
+        n == "extension.h.gch" or fnmatch.fnmatchcase(n, partial_header("*")) for n in inner)
+
+
+def partial_header(pid: int | str) -> str:
+    """The name a header is compiled under by process pid, renamed to extension.h.gch once complete."""
+    return f"tmp-{pid}.gch"
 
 
 @contextlib.contextmanager
@@ -244,7 +250,7 @@ def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(folder / "build.lock"):
         if not target.is_file():
-            tmp = target.with_name(f"tmp-{os.getpid()}.gch")
+            tmp = target.with_name(partial_header(os.getpid()))
             i = args.index("-o")
             t0 = time.perf_counter()
             try:

@@ -277,9 +277,8 @@ class Runner:
         plan = self.plan
         self._mark("builds_started")
         if plan.config.build.pch and any(c.native_kind in ("cpp", "cuda") for c in cands) and self.pch is None:
-            self.pch = HeaderBuild(plan.cache_dir, benv.get("KBH_TOOLCHAIN", ""),
-                                   dict(os.environ, **benv, PYTHONPATH=str(self.repo_root)), self.logs / "pch.log",
-                                   plan.config.build.timeout_s, build_cores)
+            self.pch = HeaderBuild(plan.cache_dir, benv.get("KBH_TOOLCHAIN", ""), self.repo_root, benv,
+                                   self.logs / "pch.log", plan.config.build.timeout_s, build_cores)
             self.guard.allow_log("pch.log")
             if plan.device == "cpu":
                 self.pch.start()

@@ -131,7 +131,7 @@ def test_header_found_only_when_complete_and_only_for_its_compiler(tmp_path, mon
 def test_header_build_stopped_with_the_run_leaves_no_partial_file(tmp_path):
     partial = tmp_path / "pch" / "k" / "torch"
     partial.mkdir(parents=True)
-    hb = HeaderBuild(tmp_path, "tc", dict(os.environ), tmp_path / "pch.log", timeout_s=600)
+    hb = HeaderBuild(tmp_path, "tc", REPO, {}, tmp_path / "pch.log", timeout_s=600)
     hb._args = [sys.executable, "-c", f"import os, time\nopen(os.path.join({str(partial)!r}, f'tmp-{{os.getpid()}}.gch'), "
                                       "'w').close()\ntime.sleep(600)"]
     hb.start()
