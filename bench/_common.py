@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -34,3 +35,15 @@ def md_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def renamed(src: Path, folder: Path, suffix: str) -> Path:
+    """The candidate with its first extension name (`name="..."`) suffixed: a new build-cache entry for the
+    same compile work. Written as folder/<stem><suffix>.py."""
+    text, k = re.subn(r'name="([^"]+)"', lambda m: f'name="{m.group(1)}{suffix}"', src.read_text(), count=1)
+    if k != 1:
+        raise SystemExit(f"{src}: no extension name to change")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{src.stem}{suffix}.py"
+    out.write_text(text)
+    return out

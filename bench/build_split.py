@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, md_table
+from _common import REPO, md_table, renamed
 
 
 def ninja_steps(cache: Path) -> dict[str, float]:
@@ -34,14 +33,6 @@ def ninja_steps(cache: Path) -> dict[str, float]:
             name = "link" if parts[3].endswith(".so") else parts[3]
             steps[name] = steps.get(name, 0.0) + (int(parts[1]) - int(parts[0])) / 1e3
     return steps
-
-
-def renamed(src: Path, folder: Path, k: int) -> Path:
-    """The candidate with its extension name suffixed: a distinct cache entry, the same compile work."""
-    text = re.sub(r'name="([^"]+)"', lambda m: f'name="{m.group(1)}_c{k}"', src.read_text(), count=1)
-    out = folder / f"{src.stem}_c{k}.py"
-    out.write_text(text)
-    return out
 
 
 def build(cands: list[Path], cache: Path, env: dict) -> float:
@@ -75,7 +66,7 @@ def main() -> None:
     env.pop("CPATH", None)
     src = Path(args.solution)
     rows = []
-    one = renamed(src, base, 0)
+    one = renamed(src, base, "_c0")
 
     wall = build([one], base / "plain", env)
     rows.append(["one build, no header", f"{wall:.1f}", *fmt(ninja_steps(base / "plain"))])
@@ -93,7 +84,7 @@ def main() -> None:
     print(md_table(["case", "wall s", "main.o s", "cuda.o s", "link s", "compile CPU s"], rows), flush=True)
 
     if args.concurrent:
-        many = [renamed(src, base, k) for k in range(1, args.concurrent + 1)]
+        many = [renamed(src, base, f"_c{k}") for k in range(1, args.concurrent + 1)]
         for label, e, cache in (("no header", env, base / "many_plain"), ("header on CPATH", with_pch, base / "many_pch")):
             wall = build(many, cache, e)
             rows.append([f"{args.concurrent} builds at once, {label}", f"{wall:.1f}", *fmt(ninja_steps(cache))])

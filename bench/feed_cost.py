@@ -60,7 +60,7 @@ def main() -> None:
     wrap(wm.Worker, "inputs", "draw inputs")
     wrap(wm.TimedFeed, "settle", "settle (fingerprints, poison)")
     wrap(wm.TimedFeed, "hold", "hold")
-    wrap(wm.Fingerprinter, "exact", "  of which exact fingerprints")
+    wrap(wm.Fingerprinter, "exact_many", "  of which exact fingerprints")
     wrap(wm, "poison", "  of which poison")
     wrap(timing.CudaClock, "flush", "  flush (reset + zero)")
     wrap(timing.CudaClock, "measure", "measure (flush, sync, call, sync)")

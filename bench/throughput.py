@@ -12,12 +12,11 @@ Targets on the H200 host: the cold batch in at most 3x one cold build's time; th
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from _common import REPO, md_table, records, run_eval, run_json
+from _common import REPO, md_table, records, renamed, run_eval, run_json
 from variants import grid_variants, write
 
 
@@ -39,18 +38,19 @@ def main() -> None:
     batch_cache = base / "cache_batch"
     rows = []
     walls: dict[str, float] = {}
-    fresh = [str(p) for p in renamed(base / "candidates_new", cands)]
+    fresh = [str(renamed(Path(c), base / "candidates_new", "_new")) for c in cands]
     for label in ("cold", "warm", "new") if args.new else ("cold", "warm"):
         batch = fresh if label == "new" else cands
         wall, out, rc = run_eval(*common, "--solution", *batch, "--cache", str(batch_cache), "--out", str(base / label))
         walls[label] = wall
+        run = run_json(out)
         rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
         print(f"\n{label} batch: {wall:.1f} s, {wall / n:.1f} s per candidate, exit code {rc}; where the time went\n")
-        print(breakdown(run_json(out), records(out)))
-        print(f"\n{label} batch: header {run_json(out).get('pch')}; builds compiled with it: "
-              f"{sum(bool(b.get('pch')) for b in run_json(out)['builds'].values())} of {n}")
+        print(breakdown(run, records(out)))
+        print(f"\n{label} batch: header {run.get('pch')}; builds compiled with it: "
+              f"{sum(bool(b.get('pch')) for b in run['builds'].values())} of {n}")
         print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
-        print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run_json(out).get("timeline_s") or {}).items()]))
+        print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run.get("timeline_s") or {}).items()]))
         keep = REPO / "results" / "throughput" / label
         keep.mkdir(parents=True, exist_ok=True)
         for name in ("run.json", "results.jsonl"):
@@ -75,19 +75,6 @@ def main() -> None:
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
               f"{walls['cold'] / one_build:.2f} (target <= 3)")
     print(f"warm batch per candidate = {walls['warm'] / n:.1f} s (target <= 3); runs in {base}")
-
-
-def renamed(folder: Path, cands: list[str]) -> list[Path]:
-    """The candidates with another extension name: new cache entries, the same compile work."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for c in cands:
-        text, k = re.subn(r'name="pack_tokens_fast_"', 'name="pack_tokens_fast_new_"', Path(c).read_text(), count=1)
-        if k != 1:
-            raise SystemExit(f"{c}: no extension name to change")
-        out.append(folder / f"{Path(c).stem}_new.py")
-        out[-1].write_text(text)
-    return out
 
 
 def summary_row(label: str, wall: float, out: Path) -> list:
