@@ -47,3 +47,19 @@ def renamed(src: Path, folder: Path, suffix: str) -> Path:
     out = folder / f"{src.stem}{suffix}.py"
     out.write_text(text)
     return out
+
+
+def with_timing(path: Path, folder: Path, timing: dict, name: str | None = None, check: dict | None = None) -> Path:
+    """A copy of the config in folder with timing keys overridden, the problem path made absolute and no
+    solutions of its own (a bench names its candidates); `check` overrides check keys."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data["problem"] = str((path.resolve().parent / data["problem"]).resolve())
+    data["solutions"] = {}
+    data.setdefault("check", {}).update(check or {})
+    data.setdefault("timing", {}).update(timing)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / (name or path.name)
+    out.write_text(yaml.safe_dump(data))
+    return out

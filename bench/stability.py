@@ -2,8 +2,10 @@
 seeds, fresh reference timings), then per shape the mean and coefficient of variation.
 
     python bench/stability.py [--solution FILE] [--runs 5] [--config configs/pack_tokens.yaml]
+    python bench/stability.py --budget 0.5 1.0 --runs 5    # an A/B: the budgets take turns, run by run
 
-Targets on the H200: CV <= 1% on shapes over 50 us, <= 3% on the seed shape.
+Targets on the H200: CV <= 1% on shapes over 50 us, <= 3% on the seed shape. With several budgets the runs
+alternate between them (0.5, 1.0, 0.5, 1.0, ...), so a drift of the machine over the session lands on both.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import REPO, md_table, records, run_eval, run_json
+from _common import REPO, md_table, records, run_eval, run_json, with_timing
 
 sys.path.insert(0, str(REPO))
 from harness.config import load_config  # noqa: E402
@@ -42,61 +44,61 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
                         "reference time CV", "target"], rows))
 
 
-def lean_config(path: Path, folder: Path, timing: dict) -> Path:
+def lean_config(path: Path, folder: Path, timing: dict, name: str = "stability.yaml") -> Path:
     """The config with its timing settings kept and the work that does not bear on speedup noise cut:
     two correctness seeds instead of five, no torch.compile reference; `timing` overrides timing keys."""
-    import yaml
-
-    data = yaml.safe_load(path.read_text())
-    base = path.resolve().parent
-    data["problem"] = str((base / data["problem"]).resolve())
-    data["solutions"] = {}
-    data.setdefault("check", {})["seeds"] = 2
-    data.setdefault("timing", {})["compile_reference"] = False
-    data["timing"].update(timing)
-    out = folder / "stability.yaml"
-    out.write_text(yaml.safe_dump(data))
-    return out
+    return with_timing(path, folder, {"compile_reference": False} | timing, name, check={"seeds": 2})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--solution", default=str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py"))
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="evaluations per budget")
     ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--shapes", nargs="*", default=None)
     ap.add_argument("--rounds", type=int, default=None, help="override timing.rounds")
-    ap.add_argument("--budget", type=float, default=None, help="override timing.budget_s")
+    ap.add_argument("--budget", type=float, nargs="*", default=None,
+                    help="override timing.budget_s; several values: the runs alternate between them")
     ap.add_argument("--quantile", type=float, default=None, help="override timing.speedup_quantile")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     base.mkdir(parents=True, exist_ok=True)
-    overrides = {k: v for k, v in (("rounds", args.rounds), ("budget_s", args.budget),
-                                   ("speedup_quantile", args.quantile)) if v is not None}
-    config = lean_config(Path(args.config), base, overrides)
-    quantile = load_config(config).timing.speedup_quantile
-    per_shape: dict[str, dict[str, list[float]]] = {}
+    overrides = {k: v for k, v in (("rounds", args.rounds), ("speedup_quantile", args.quantile)) if v is not None}
+    budgets = args.budget or [None]
+    arms = []
+    for b in budgets:
+        tag = "" if b is None else f"b{b:g}"
+        config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
+                             f"stability{'-' + tag if tag else ''}.yaml")
+        arms.append((tag, config, {}))
+    quantile = load_config(arms[0][1]).timing.speedup_quantile
     device = ""
     for i in range(args.runs):
-        wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
-                                 *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(base / f"run{i}"))
-        device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
-        for r in records(out):
-            print(f"  {r['shape']}: {r['status']}, time {r.get('time_us')} us, reference {r.get('ref_time_us')} us, "
-                  f"floors launch {r.get('floor_launch_us')} read {r.get('floor_read_us')} copy {r.get('floor_copy_us')} "
-                  f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), "
-                  f"time/copy {r.get('copy_ratio')}", flush=True)
-            d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": [], "all_rounds": []})
-            if r["status"] == "correct":
-                d["speedup"].append(r["speedup"])
-                if r.get("rounds"):
-                    d["all_rounds"].append(statistics.median(x["reference_us"] / x["time_us"] for x in r["rounds"]))
-                d["time_us"].append(r["time_us"])
-                d["ref"].append(r["ref_time_us"])
-        print(f"run {i}: {wall:.0f} s, exit {rc}", flush=True)
-        print(render(per_shape, device, Path(args.solution).name, i + 1, quantile), flush=True)
+        for k, (tag, config, per_shape) in enumerate(arms):
+            folder = base / (f"{tag}-run{i}" if tag else f"run{i}")
+            wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
+                                     *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(folder))
+            device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
+            for r in records(out):
+                print(f"  {r['shape']}: {r['status']}, time {r.get('time_us')} us, reference {r.get('ref_time_us')} us, "
+                      f"floors launch {r.get('floor_launch_us')} read {r.get('floor_read_us')} copy {r.get('floor_copy_us')} "
+                      f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), "
+                      f"time/copy {r.get('copy_ratio')}, {r.get('eval_seconds'):.2f} s", flush=True)
+                d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": [], "all_rounds": []})
+                if r["status"] == "correct":
+                    d["speedup"].append(r["speedup"])
+                    if r.get("rounds"):
+                        d["all_rounds"].append(statistics.median(x["reference_us"] / x["time_us"] for x in r["rounds"]))
+                    d["time_us"].append(r["time_us"])
+                    d["ref"].append(r["ref_time_us"])
+            print(f"run {i}{' ' + tag if tag else ''}: {wall:.0f} s, exit {rc}", flush=True)
+            for j, (t, _, ps) in enumerate(arms):
+                if ps:
+                    done = i + 1 if j <= k else i
+                    print((f"\nbudget {t[1:]} s:" if t else "") + render(ps, device, Path(args.solution).name, done, quantile),
+                          flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from _common import REPO, md_table, records, renamed, run_eval, run_json
+from _common import REPO, md_table, records, renamed, run_eval, run_json, with_timing
 from variants import grid_variants, write
 
 
@@ -27,8 +27,11 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="*", default=None)
     ap.add_argument("--singles", type=int, default=2, help="cold builds of one candidate for the baseline (after the batches)")
     ap.add_argument("--no-new", dest="new", action="store_false", help="skip the batch of new candidates")
+    ap.add_argument("--budget", type=float, default=None, help="override the config's timing.budget_s")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-throughput-"))
+    if args.budget is not None:
+        args.config = str(with_timing(Path(args.config), base, {"budget_s": args.budget}))
     cands = [str(p) for p in write(base / "candidates", grid_variants())]
     extra = (["--gpus", args.gpus] if args.gpus else []) + (["--shapes", *args.shapes] if args.shapes else [])
     common = [args.config, "--device", "cuda", *extra]

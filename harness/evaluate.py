@@ -304,12 +304,13 @@ class CandidateEvaluation:
         for k in range(n):
             base_k = base if k == 0 else derive(base, "round", k)
             loop = round_loop(loop_settings(plan), k, n)
-            r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
+            with self._phase("timing"):
+                r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
             batches.append((base_k, r))
             if not pair:
                 continue
             try:
-                with self.worker.frozen():
+                with self._phase("reference rounds"), self.worker.frozen():
                     paired = self.lane.ref.time_round(shape, derive(base, "reference round", k),
                                                       dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
             except (RuntimeError, WorkerGone):
@@ -347,8 +348,9 @@ class CandidateEvaluation:
     def _shape(self, shape: Shape, ev: Evidence, ref) -> None:
         plan = self.plan
         deadline = time.monotonic() + plan.config.timeouts.shape_s
-        with self._phase("checks"):
+        with self._phase("setup"):
             self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name))
+        with self._phase("checks"):
             for k, seed in enumerate(plan.check_seeds(shape.name)):
                 outcome = self._check(shape, ev, ref, seed, "check", deadline, first=(k == 0))
                 if not outcome.comparison.ok or verdict.integrity_flags(ev):
@@ -356,8 +358,7 @@ class CandidateEvaluation:
         dtypes = ref.out_dtypes()
         tols = [self._tol_for(d) for d in dtypes]
         projection = not all(t.exact for t in tols)
-        with self._phase("timing"):
-            batches = self._timed_rounds(shape, ev, projection, deadline)
+        batches = self._timed_rounds(shape, ev, projection, deadline)
         replies = [r for _, r in batches]
         dev = [x for r in replies for x in r["device_us"]]
         host = [x for r in replies for x in r["host_us"]]

@@ -39,6 +39,8 @@ _perf_ns = time.perf_counter_ns
 _listdir = os.listdir
 _set_det = torch.use_deterministic_algorithms
 _det_enabled = torch.are_deterministic_algorithms_enabled
+_gc_collect = gc.collect
+_gc_freeze = gc.freeze
 
 
 class BadOutput(Exception):
@@ -141,6 +143,14 @@ def aliases(outs: list[torch.Tensor], inputs: list) -> bool:
         if any(lo < xh and xl < hi for xl, xh in spans):
             return True
     return False
+
+
+def settle_gc() -> None:
+    """Move everything alive now (torch, the problem, the candidate's module) out of the collector's reach, so
+    the collection each shape's setup makes to free the previous model scans only what came after: with torch
+    and dynamo imported a full collection took 0.17 s on the CPU machine, after this 10 us."""
+    _gc_collect()
+    _gc_freeze()
 
 
 def native_threads() -> int:
@@ -419,6 +429,7 @@ class Worker:
         info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
         if device_now:
             info.update(self._init_device())
+        settle_gc()
         return info
 
     def _init_device(self) -> dict:
@@ -473,6 +484,7 @@ class Worker:
         self._ensure_device()
         self._poison_free_memory(poison_bytes)
         module = import_candidate(path)
+        settle_gc()
         self.cls = getattr(module, "ModelNew", None)
         if self.cls is None:
             raise BadOutput("no_modelnew", "candidate defines no ModelNew")
@@ -481,7 +493,7 @@ class Worker:
     def cmd_setup(self, frames, params: dict, init_seed: int, compile_model: bool = False) -> dict:
         self.params = params
         self.model = self.compiled = None
-        gc.collect()
+        _gc_collect()
         cls = self.ns["Model"] if self.role == "reference" else self.cls
         self.model = problem.build_model(cls, self.ns, init_seed, self.device)
         if compile_model:
