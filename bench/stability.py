@@ -69,7 +69,7 @@ def main() -> None:
     budgets = args.budget or [None]
     arms = []
     for b in budgets:
-        tag = "" if b is None else f"b{b:g}"
+        tag = "" if b is None else f"budget{b:g}".replace(".", "p")
         config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
                              f"stability{'-' + tag if tag else ''}.yaml")
         arms.append((tag, config, {}))
@@ -97,7 +97,7 @@ def main() -> None:
             for j, (t, _, ps) in enumerate(arms):
                 if ps:
                     done = i + 1 if j <= k else i
-                    print((f"\nbudget {t[1:]} s:" if t else "") + render(ps, device, Path(args.solution).name, done, quantile),
+                    print((f"\nbudget {t[6:].replace('p', '.')} s:" if t else "") + render(ps, device, Path(args.solution).name, done, quantile),
                           flush=True)
 
 

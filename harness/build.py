@@ -87,18 +87,20 @@ def toolchain_id(device: str) -> str:
 
 
 def default_jobs(reserved_cores: int = 1) -> int:
-    """Builds in parallel: one per core left after the evaluation lane, at most one per 3 GB of memory.
+    """Builds in parallel: two per core left after the evaluation lane, at most one per 3 GB of memory.
 
-    Each build runs its two compiler processes (main.cpp and the .cu) at once: a cold CUDA build is
-    two long single-threaded compiles, so two processes per core keeps every core busy without
-    running out of memory, and the batch finishes in about (CPU work / cores) rather than in waves.
+    Each build runs its two compiler processes (main.cpp and the .cu) at once, and builds run at falling
+    priority in the order submitted (build_nice): a build past the first core-count runs on the CPU time the
+    earlier ones leave, so starting it at once costs them little, where a build waiting for a slot waited
+    for a whole earlier build (the 16th of 16 candidates on the H200 host, one slot short, started when the
+    first finished and ended 8-10 s after all the others: docs/benchmarks.md, eleventh session).
     """
     cores = len(os.sched_getaffinity(0))
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gb = 8
-    return max(1, min(cores - reserved_cores, int(mem_gb // 3)))
+    return max(1, min(2 * (cores - reserved_cores), int(mem_gb // 3)))
 
 
 def build_nice(order: int) -> int:

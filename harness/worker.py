@@ -268,14 +268,19 @@ class TimedFeed:
 
     A candidate that returns the same storage from call to call (a reused output buffer) has overwritten
     the held outputs of its earlier calls: those calls are reported as OVERWRITTEN (the judge does not
-    sample them) and every later call is fingerprinted, then poisoned, right after it returns."""
+    sample them) and every later call is fingerprinted, then poisoned, right after it returns.
 
-    def __init__(self, worker: Worker, base_seed: int, projection: bool | None):
+    With draw False (the floors' stand-ins, which ignore their inputs) every call gets no inputs, and the
+    batches keep their size and their settling: the calls sampled are made exactly as with draws, which only
+    ever precede a batch's first call, and that call is not sampled."""
+
+    def __init__(self, worker: Worker, base_seed: int, projection: bool | None, draw: bool = True):
         self.w = worker
         self.base = base_seed
         self.verify = projection is not None
         self.projection = bool(projection)
-        self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0))}
+        self.draw = draw
+        self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0)) if draw else []}
         self.in_bytes = tensor_bytes(self.sets[0])
         self.pending: list[tuple[int, list, list[torch.Tensor], set[int]]] = []  # call, inputs, outputs, storages
         self.calls: dict[int, tuple] = {}
@@ -292,7 +297,7 @@ class TimedFeed:
         if fresh:
             self.settle()
             self.k = self.k or self._batch_size()
-            self.sets = {j: self.w.inputs(derive(self.base, j)) for j in range(i, i + self.k)}
+            self.sets = {j: self.w.inputs(derive(self.base, j)) if self.draw else [] for j in range(i, i + self.k)}
         return self.sets.pop(i), i > 0 and (self.k == 1 or not fresh)
 
     def hold(self, i: int, args: list, out: Any) -> None:
@@ -617,14 +622,15 @@ class Worker:
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
                  compiled: bool = False, floor: str | None = None, floor_bytes: int = 0) -> dict:
         """Time the model; with floor, time a stand-in that ignores the inputs (FLOOR_MODELS) through the
-        same loop, draws and verification included, so the floor carries the same between-call costs."""
+        same loop, flush, batches and verification included, so the floor carries the same between-call
+        costs; it draws no inputs (TimedFeed's draw), which only cost wall time before unsampled calls."""
         model = self.compiled if compiled else self.model
         if floor is not None:
             kind = FLOOR_MODELS[floor]
             stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
             one = torch.zeros(1, device=self.device)
             model = lambda *_: stand_in(one)  # noqa: E731
-        feed = TimedFeed(self, base_seed, projection if verify else None)
+        feed = TimedFeed(self, base_seed, projection if verify else None, draw=floor is None)
         current: list = []
 
         def step(i: int):

@@ -58,6 +58,22 @@ def test_outputs_are_held_until_the_batch_ends_then_fingerprinted_and_poisoned()
         assert torch.isnan(out).all()  # poisoned once fingerprinted
 
 
+def test_a_feed_without_draws_keeps_the_batches_and_which_calls_are_sampled():
+    """The floors' stand-ins ignore their inputs: no draw, but the same batches, settling and sampled calls."""
+    draws: list[int] = []
+    drawn, bare = TimedFeed(fake_worker([]), BASE, projection=False), TimedFeed(fake_worker(draws), BASE, False, draw=False)
+    outs = []
+    for i in range(2 * STOCK_SETS + 3):
+        (_, want), (args, ok) = drawn.take(i), bare.take(i)
+        assert args == [] and ok == want, i
+        outs.append(torch.ones(4) * i)
+        bare.hold(i, args, outs[-1])
+    assert draws == []
+    assert set(bare.calls) == set(range(2 * STOCK_SETS + 1))  # settled at the last batch's first call
+    assert all(torch.isnan(o).all() for o in outs[:2 * STOCK_SETS + 1]) and not torch.isnan(outs[-1]).any()
+    assert bare.calls[0][2] == []  # no inputs to fingerprint
+
+
 def test_no_batches_when_one_set_fills_the_budget(monkeypatch):
     monkeypatch.setitem(__import__("harness.worker", fromlist=["STOCK_BYTES"]).STOCK_BYTES, "cpu", 16)
     feed = TimedFeed(fake_worker([], size=64), BASE, projection=None)
