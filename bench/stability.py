@@ -66,17 +66,16 @@ def main() -> None:
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     base.mkdir(parents=True, exist_ok=True)
     overrides = {k: v for k, v in (("rounds", args.rounds), ("speedup_quantile", args.quantile)) if v is not None}
-    budgets = args.budget or [None]
-    arms = []
-    for b in budgets:
+    arms = []  # (budget or None, file-name tag, config, per-shape figures)
+    for b in args.budget or [None]:
         tag = "" if b is None else f"budget{b:g}".replace(".", "p")
         config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
                              f"stability{'-' + tag if tag else ''}.yaml")
-        arms.append((tag, config, {}))
-    quantile = load_config(arms[0][1]).timing.speedup_quantile
+        arms.append((b, tag, config, {}))
+    quantile = load_config(arms[0][2]).timing.speedup_quantile
     device = ""
     for i in range(args.runs):
-        for k, (tag, config, per_shape) in enumerate(arms):
+        for k, (_, tag, config, per_shape) in enumerate(arms):
             folder = base / (f"{tag}-run{i}" if tag else f"run{i}")
             wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
                                      *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(folder))
@@ -94,11 +93,11 @@ def main() -> None:
                     d["time_us"].append(r["time_us"])
                     d["ref"].append(r["ref_time_us"])
             print(f"run {i}{' ' + tag if tag else ''}: {wall:.0f} s, exit {rc}", flush=True)
-            for j, (t, _, ps) in enumerate(arms):
+            for j, (b, _, _, ps) in enumerate(arms):
                 if ps:
                     done = i + 1 if j <= k else i
-                    print((f"\nbudget {t[6:].replace('p', '.')} s:" if t else "") + render(ps, device, Path(args.solution).name, done, quantile),
-                          flush=True)
+                    print((f"\nbudget {b:g} s:" if b is not None else "")
+                          + render(ps, device, Path(args.solution).name, done, quantile), flush=True)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,10 @@ def pch_folder(cache_dir: Path, args: list[str], toolchain: str) -> Path:
     return Path(cache_dir) / "pch" / _digest([CACHE_VERSION, args[:i] + args[i + 2:], toolchain])[:24]
 
 
+def _header_file(folder: Path) -> Path:
+    return folder / "torch" / "extension.h.gch"
+
+
 def ready_pch(cache_dir: Path) -> Path | None:
     """The cache's precompiled header for this torch and compiler, if it is complete (it appears by rename)."""
     try:
@@ -198,7 +202,7 @@ def ready_pch(cache_dir: Path) -> Path | None:
     if args is None:
         return None
     folder = pch_folder(cache_dir, args, os.environ.get("KBH_TOOLCHAIN", ""))
-    return folder if (folder / "torch" / "extension.h.gch").is_file() and _only_the_header(folder) else None
+    return folder if _header_file(folder).is_file() and _only_the_header(folder) else None
 
 
 def _only_the_header(folder: Path) -> bool:
@@ -210,7 +214,7 @@ def _only_the_header(folder: Path) -> bool:
     except OSError:
         return False
     return top <= {"torch", "meta.json", "build.lock"} and all(
-        n == "extension.h.gch" or fnmatch.fnmatchcase(n, partial_header("*")) for n in inner)
+        n == _header_file(folder).name or fnmatch.fnmatchcase(n, partial_header("*")) for n in inner)
 
 
 def partial_header(pid: int | str) -> str:
@@ -244,7 +248,7 @@ def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:
     if args is None:
         return None
     folder = pch_folder(cache_dir, args, toolchain)
-    target = folder / "torch" / "extension.h.gch"
+    target = _header_file(folder)
     if target.is_file():
         return folder
     target.parent.mkdir(parents=True, exist_ok=True)
