@@ -174,10 +174,17 @@ class CandidateEvaluation:
             self.worker = None
 
     def _start_worker(self) -> None:
-        w = self.spares.take()
+        """A spare worker (`worker_wait`: how long no spare was ready), then the candidate's import in it
+        (`worker_load`)."""
+        with self._phase("worker_wait"):
+            w = self.spares.take()
         if w is None or not w.alive:
             raise CandidateFailure("could not start a worker process")
         self.worker = w
+        with self._phase("worker_load"):
+            self._load()
+
+    def _load(self) -> None:
         deadline = time.monotonic() + self.plan.config.timeouts.load_s
         self._ask("log", deadline, path=str(self.log))
         try:
@@ -211,8 +218,7 @@ class CandidateEvaluation:
         else:
             try:
                 if self.worker is None:
-                    with self._phase("worker_start"):
-                        self._start_worker()
+                    self._start_worker()
                 self._shape(shape, ev, ref)
             except WorkerGone as g:
                 ev.failure = ("timeout" if g.kind == "timeout" else "runtime_error",

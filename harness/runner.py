@@ -403,7 +403,7 @@ class Runner:
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
                 if reply.get("ok") and plan.device == "cuda":
                     with ref.turn():
-                        reply = w.request("device", INIT_TIMEOUT_S)
+                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES)
                 if not reply.get("ok"):
                     w.kill()
                     return None

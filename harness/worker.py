@@ -340,6 +340,7 @@ class Worker:
         self.role = "reference"
         self.device = "cpu"
         self.watch: RuntimeWatch | None = None
+        self.poisoned = False
         self.cls: Any = None
         self.model: Any = None
         self.compiled: Any = None
@@ -406,7 +407,8 @@ class Worker:
     def _poison_free_memory(self, nbytes: int) -> None:
         """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved
         from it read as NaN (floats) or -1 (ints) until written."""
-        if nbytes and self.device == "cuda":
+        if nbytes and self.device == "cuda" and not self.poisoned:
+            self.poisoned = True
             free, _ = torch.cuda.mem_get_info()
             block = torch.empty(min(nbytes, free // 4), dtype=torch.uint8, device="cuda").fill_(255)
             del block
@@ -467,10 +469,12 @@ class Worker:
         if self.watch is None:
             self._init_device()
 
-    def cmd_device(self, frames) -> dict:
-        """Start the device in a spare, before any candidate is in it: the harness sends this inside the
-        device's turn, so the context is never created while another process is being timed."""
+    def cmd_device(self, frames, poison_bytes: int = 0) -> dict:
+        """Start the device in a spare, before any candidate is in it, and poison its free memory: the harness
+        sends this inside the device's turn, so the context is never created while another process is being
+        timed, and a candidate's import waits for neither."""
         self._ensure_device()
+        self._poison_free_memory(poison_bytes)
         return {}
 
     def cmd_log(self, frames, path: str) -> dict:

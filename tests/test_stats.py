@@ -10,6 +10,7 @@ from harness.stats import (
     mean_cv,
     pooled_ratio,
     quantile,
+    quantile_rse,
     rse,
     summarize,
 )
@@ -33,6 +34,25 @@ def test_rse_is_relative_standard_error_of_the_mean():
     std = math.sqrt(sum((x - 10) ** 2 for x in xs) / (len(xs) - 1))
     assert rse(xs) == pytest.approx(std / math.sqrt(len(xs)) / 10)
     assert rse([1.0]) == math.inf
+
+
+def test_quantile_rse_reads_the_low_quantile_not_the_outliers():
+    """Host hiccups (one call in five at 20x) leave the 0.1 quantile's error small and the mean's large."""
+    calm = [100.0 + ((i * 37) % 400) * 0.01 for i in range(400)]
+    hiccups = sorted(x * (20 if i % 5 == 4 else 1) for i, x in enumerate(calm))
+    assert quantile_rse(hiccups, 0.1) < 0.005 < rse(hiccups)
+    assert quantile_rse(sorted(calm[:40]), 0.1) > quantile_rse(sorted(calm), 0.1)
+
+
+def test_quantile_rse_is_infinite_until_both_ranks_exist():
+    xs = [float(i) for i in range(1, 101)]
+    assert quantile_rse(xs[:8], 0.1) == math.inf
+    assert math.isfinite(quantile_rse(xs[:9], 0.1))
+    assert quantile_rse(sorted([0.0] * 50), 0.1) == math.inf
+    n = 100
+    h = math.sqrt(n * 0.1 * 0.9)
+    lo, hi = math.floor(10 - h), math.ceil(10 + h)
+    assert quantile_rse(xs, 0.1) == pytest.approx((xs[hi] - xs[lo]) / 2 / quantile(xs, 0.1))
 
 
 def test_converged_needs_min_runs_and_low_error():
