@@ -525,7 +525,7 @@ def round_loop(loop: dict, k: int, n: int) -> dict:
 def loop_settings(plan) -> dict:
     t = plan.config.timing
     return {"warmup_ms": t.warmup_ms, "min_runs": t.min_runs, "max_runs": t.max_runs, "budget_s": t.budget_s,
-            "target_rse": t.target_rse}
+            "target_rse": t.target_rse, "quantile": t.speedup_quantile}
 
 
 def safe_name(name: str) -> str:

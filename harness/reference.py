@@ -126,7 +126,7 @@ class ReferenceRunner:
                          fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
 
     def calibrate(self, cache_bytes: int) -> Calibration:
-        cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01)
+        cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01, quantile=0.5)
         r = self._ask("calibrate", loop=cal_loop)
         return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
                            host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes, copy_bytes=r["copy_bytes"])

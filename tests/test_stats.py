@@ -45,14 +45,14 @@ def test_quantile_rse_reads_the_low_quantile_not_the_outliers():
 
 
 def test_quantile_rse_is_infinite_until_both_ranks_exist():
-    xs = [float(i) for i in range(1, 101)]
-    assert quantile_rse(xs[:8], 0.1) == math.inf
-    assert math.isfinite(quantile_rse(xs[:9], 0.1))
+    xs = [float(i) for i in range(1, 201)]
+    assert quantile_rse(xs[:35], 0.1) == math.inf
+    assert math.isfinite(quantile_rse(xs[:36], 0.1))
     assert quantile_rse(sorted([0.0] * 50), 0.1) == math.inf
-    n = 100
-    h = math.sqrt(n * 0.1 * 0.9)
-    lo, hi = math.floor(10 - h), math.ceil(10 + h)
-    assert quantile_rse(xs, 0.1) == pytest.approx((xs[hi] - xs[lo]) / 2 / quantile(xs, 0.1))
+    n = 200
+    h = 2 * math.sqrt(n * 0.1 * 0.9)
+    lo, hi = math.floor(20 - h), math.ceil(20 + h)
+    assert quantile_rse(xs, 0.1) == pytest.approx((xs[hi] - xs[lo]) / 4 / quantile(xs, 0.1))
 
 
 def test_converged_needs_min_runs_and_low_error():

@@ -1,10 +1,11 @@
 """The timing loop's input feed and sampling rule, on the CPU with a stand-in worker."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import torch
 
-from harness import timing
+from harness import stats, timing
 from harness.fingerprint import Fingerprinter
 from harness.seeds import derive
 from harness.worker import STOCK_SETS, TimedFeed
@@ -120,3 +121,38 @@ def test_a_reused_output_buffer_switches_to_fingerprinting_each_call_as_it_retur
     assert feed.calls[1] == OVERWRITTEN  # held when call 2 rewrote the same storage
     for i in (0, 2, 3, 4, 5):
         assert feed.calls[i][0] == [expect[i]], i
+
+
+class ValueClock:
+    """Sample i's time is values(i): the loop's stopping rule without a device."""
+
+    kind = "cpu"
+
+    def __init__(self, values):
+        self.values = values
+        self.n = 0
+
+    def measure(self, call, after):
+        t = self.values(self.n)
+        self.n += 1
+        return None, None, timing.Sample(t, t, t)
+
+
+def test_run_loop_stops_when_the_low_quantile_is_precise_though_outliers_keep_the_mean_noisy():
+    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=500, budget_s=60.0, target_rse=0.005)
+    hiccups = ValueClock(lambda i: 5000.0 if i % 4 == 3 else 100.0 + (i % 7) * 0.01)
+    samples, _ = timing.run_loop(hiccups, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
+    xs = [s.device_us for s in samples]
+    assert 36 <= len(xs) < 60
+    assert stats.rse(xs) > 0.1  # the old rule, on the mean, would have run to max_runs
+
+
+def test_run_loop_runs_on_while_the_low_quantile_is_uncertain():
+    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=300, budget_s=60.0, target_rse=0.005)
+    spread = ValueClock(lambda i: 50.0 + (i * 37) % 101)
+    samples, _ = timing.run_loop(spread, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
+    assert len(samples) == 300
+    median_rule = dataclasses.replace(settings, quantile=0.5, target_rse=0.05)
+    samples, _ = timing.run_loop(ValueClock(spread.values), lambda i: ((lambda: i), True), lambda o: None,
+                                 lambda *a: None, median_rule)
+    assert 5 <= len(samples) < 300  # the settings' quantile is the one whose error is read
