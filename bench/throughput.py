@@ -54,6 +54,8 @@ def main() -> None:
               f"{sum(bool(b.get('pch')) for b in run['builds'].values())} of {n}")
         print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
         print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run.get("timeline_s") or {}).items()]))
+        print(f"\n{label} batch: spare workers, s (ready: since run_eval.py started)\n")
+        print(spares_table(run.get("spares") or []))
         keep = REPO / "results" / "throughput" / label
         keep.mkdir(parents=True, exist_ok=True)
         for name in ("run.json", "results.jsonl"):
@@ -87,6 +89,16 @@ def summary_row(label: str, wall: float, out: Path) -> list:
     correct = sum(r["status"] == "correct" for r in recs)
     return [label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
             sum(b["cached"] for b in builds), run["build_jobs"], f"{correct}/{len(recs)}"]
+
+
+def spares_table(spares: list[dict]) -> str:
+    """Each spare's start: its import of torch (`init`), its wait for a window in the device's turn, its device
+    step (context, poisoned block), and when it was ready: whether records wait for spares, and on what."""
+    rows = [[k, len(v), f"{sum(v) / len(v):.2f}", f"{max(v):.2f}"]
+            for k in ("init_s", "turn_wait_s", "device_s")
+            if (v := [x[k] for x in spares if x.get(k) is not None])]
+    rows.append(["ready at", len(spares), "", " ".join(f"{x.get('ready_s', 0):.1f}" for x in spares)])
+    return md_table(["step", "spares", "mean s", "max s (ready at: each)"], rows)
 
 
 def breakdown(run: dict, recs: list[dict]) -> str:

@@ -206,6 +206,7 @@ class CandidateEvaluation:
     def evaluate_shape(self, shape: Shape) -> Record:
         t0 = time.monotonic()
         self.phases = {}
+        self.lane.turn.open_to_spares(True)
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors,
                       static_warnings=self.static_warnings, static_policy=self.plan.static_policy,
                       calibration=self.lane.calibration)
@@ -302,6 +303,7 @@ class CandidateEvaluation:
         a speedup are timed in alternation, within a second of each other (stats.pooled_ratio). Returns each
         round's base seed and reply."""
         plan = self.plan
+        self.lane.turn.open_to_spares(False)
         n = plan.config.timing.rounds
         base = plan.time_seed(shape.name)
         pair = n > 1 and self.lane.timings.get(shape.name, RefTiming()).eager is not None

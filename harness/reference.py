@@ -90,10 +90,25 @@ class DeviceTurn:
     def __init__(self, pause_builds: bool = False):
         self.lock = threading.Lock()
         self.pause_builds = pause_builds
+        self.window = threading.Event()
+        self.window.set()
 
     @contextlib.contextmanager
     def __call__(self):
         with self.lock, (builds_frozen() if self.pause_builds else contextlib.nullcontext()):
+            yield
+
+    def open_to_spares(self, is_open: bool) -> None:
+        """Spares start their device in the turn (a CUDA context and the poisoned block: the step a record
+        waited 0.63 s for on the H200, twelfth session), and only while a lane has untimed work ahead (a
+        record's start and checks). A spare let in between two timed commands would hold the lane's next one
+        for all of it; let in there, it overlaps the candidate's import and checks."""
+        (self.window.set if is_open else self.window.clear)()
+
+    @contextlib.contextmanager
+    def for_spare(self):
+        self.window.wait()
+        with self():
             yield
 
     def around(self, cmd: str):

@@ -77,6 +77,7 @@ class Runner:
         self.errors: list[str] = []
         self.timeline: dict[str, float] = {}
         self.lane_seconds: dict[int, dict[str, float]] = {}
+        self.spare_log: list[dict] = []
         self._t0 = time.monotonic() - (process_age_s() or 0.0)
 
     def _mark(self, event: str) -> None:
@@ -380,6 +381,7 @@ class Runner:
             self._mark("run_json")
             data["timeline_s"] = dict(self.timeline)
             data["lane_seconds"] = {str(k): {n: round(v, 3) for n, v in d.items()} for k, d in self.lane_seconds.items()}
+            data["spares"] = list(self.spare_log)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         tmp.replace(self.out / "run.json")
@@ -397,18 +399,27 @@ class Runner:
                      "device_now": False}
 
         def make_spare(register) -> WorkerHandle | None:
+            t0 = time.monotonic()
             w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
             register(w)
+            times = {"lane": i, "spawned_s": round(t0 - self._t0, 2)}
             try:
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
+                times["init_s"] = round(time.monotonic() - t0, 3)
                 if reply.get("ok") and plan.device == "cuda":
-                    with ref.turn():
+                    t1 = time.monotonic()
+                    with ref.turn.for_spare():
+                        t2 = time.monotonic()
                         reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES)
+                    times.update(turn_wait_s=round(t2 - t1, 3), device_s=round(time.monotonic() - t2, 3))
                 if not reply.get("ok"):
                     w.kill()
                     return None
             except WorkerGone:
                 return None
+            finally:
+                times["ready_s"] = round(time.monotonic() - self._t0, 2)
+                self.spare_log.append(times)
             return w
 
         spares = SparePool(make_spare, size=1 if cores is None else SPARE_WORKERS)
@@ -464,6 +475,7 @@ class Runner:
                         self.evaluating.discard(cand.name)
             spent["other"] = time.monotonic() - loop_start - sum(spent.values())
         finally:
+            ref.turn.open_to_spares(True)  # no spare is left waiting for a window while it is closed
             with seconds_into(self.lane_seconds.setdefault(i, {}), "closing spare workers"):
                 spares.close()
 

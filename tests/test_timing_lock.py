@@ -188,3 +188,22 @@ def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
         assert w.request("ping", 60.0).get("ok")
     finally:
         w.kill()
+
+
+def test_spares_take_the_turn_only_while_the_lane_opens_it():
+    turn = DeviceTurn()
+    got = threading.Event()
+
+    def spare():
+        with turn.for_spare():
+            got.set()
+
+    turn.open_to_spares(False)
+    t = threading.Thread(target=spare, daemon=True)
+    t.start()
+    assert not got.wait(0.2)  # the lane's timed calls are under way: the spare waits though the lock is free
+    with turn():
+        turn.open_to_spares(True)
+        assert not got.wait(0.1)  # an open window still waits for the lane's current timed command
+    assert got.wait(2.0)
+    t.join(2.0)

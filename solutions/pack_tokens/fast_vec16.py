@@ -43,6 +43,11 @@ sessions, H200):
   within 1 us; the prefetch no measurable effect. For the fused grid (fifth session): a grid capped at 3
   or 8 blocks per SM instead of 32 is 3-18 us slower (deepseek worst); plain stores 0.2-1.1 us faster on
   the large shapes, within the noise of one run, so streaming stores stay.
+- Tried in the twelfth session, not kept: rows moved by the bulk-copy engine (`cp.async.bulk` global to
+  shared to global, one thread a block driving a ring of 2-8 row buffers; `bench/tma_probe.py`). Busy GPU,
+  one process: the bulk scatter was 144.4 us at wide against this kernel's whole call at 142.6 (a torch
+  copy of the rows 129.3), 76.1 against 73.7 at mixtral; even as a plain copy (row t to row t) the engine
+  was 8-10% slower than a torch copy.
 - Host path: the contract is checked in C++ before any launch; also checking it in Python
   (CHECK_IN_PYTHON) cost up to 4 us. SM count cached; pinned slot and event made once per thread.
   Together with the two items above, this version is 13-15 us faster than the previous one at seed and
