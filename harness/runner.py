@@ -481,7 +481,10 @@ class Runner:
 
 
 LANE_STEPS = ("records", "writing records", "progress display", "closing workers", "waiting for a build")
-SPARE_WORKERS = 3  # per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing
+# Per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing. A spare's start
+# took 7-11 s on the H200 host (run.json `spares`, twelfth session) while a record at seed takes about 3 s: three
+# spares left records waiting 0.2-2.3 s for one.
+SPARE_WORKERS = 4
 
 
 class Gate:
