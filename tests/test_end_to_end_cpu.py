@@ -96,6 +96,9 @@ def test_output_files(bundled):
     assert steps["records"] == pytest.approx(sum(r["eval_seconds"] for r in bundled.records), rel=0.05, abs=0.05)
     assert sum(steps.values()) <= line["evaluations_done"] - line["lane0_reference_done"] + 0.05
     assert steps["other"] >= -0.01
+    spares = run["spares"]  # the worker the record used was a spare: its start is listed
+    assert spares and all(x["lane"] == 0 and x["ready_s"] >= x["spawned_s"] >= 0 for x in spares)
+    assert any(x.get("init_s", 0) > 0 for x in spares)
     assert (bundled.out / "logs" / "cpu_cpp.build.log").exists()
     summary = json.loads((bundled.out / "summary.json").read_text())
     assert summary["fast_p"]["0"] == 1.0
