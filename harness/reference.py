@@ -99,10 +99,10 @@ class DeviceTurn:
             yield
 
     def open_to_spares(self, is_open: bool) -> None:
-        """Spares start their device in the turn (a CUDA context and the poisoned block: the step a record
-        waited 0.63 s for on the H200, twelfth session), and only while a lane has untimed work ahead (a
-        record's start and checks). A spare let in between two timed commands would hold the lane's next one
-        for all of it; let in there, it overlaps the candidate's import and checks."""
+        """Spares start their device in the turn (a CUDA context and the poisoned block: 0.22-0.29 s on the
+        H200, twelfth session), and only while a lane has untimed work ahead (a record's start and checks). A
+        spare let in between two timed commands would hold the lane's next one for all of it; let in there,
+        it overlaps the candidate's import and checks."""
         (self.window.set if is_open else self.window.clear)()
 
     @contextlib.contextmanager
