@@ -12,7 +12,6 @@ copy of the same bytes, and of the baseline solution's whole call. Scatter only:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from torch.utils.cpp_extension import load_inline
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from kernel_time import times  # noqa: E402
 
 from harness import problem  # noqa: E402
 from harness.build_worker import import_on_this_gpu  # noqa: E402
@@ -147,21 +148,6 @@ def build_dir() -> str:
     return str(d)
 
 
-def busy_us(fn, n: int, flush: torch.Tensor) -> float:
-    """Median us of n calls, L2 flushed before each, the GPU never idle between them."""
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    for e0, e1 in ev:
-        flush.zero_()
-        e0.record()
-        fn()
-        e1.record()
-    torch.cuda.synchronize()
-    return statistics.median(e0.elapsed_time(e1) * 1e3 for e0, e1 in ev)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=["wide", "mixtral", "deepseek"])
@@ -183,7 +169,7 @@ def main() -> None:
     print("| shape | what | us | / copy | exact |")
     print("|---|---|---:|---:|---|")
     for name in args.shapes:
-        shape_rows(ext, base, ref, ns, next(s for s in cfg.shapes if s.name == name), args.n, flush)
+        shape_rows(ext, base, ref, ns, next(s for s in cfg.shapes if s.name == name), args.n, flush, True)
         torch.cuda.empty_cache()
 
 
@@ -193,9 +179,9 @@ def shape_rows(ext, base, ref, ns: dict, shape, n: int, flush: torch.Tensor) -> 
     out = torch.empty_like(want)
     src = torch.empty(x.numel() * x.element_size(), dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    copy = busy_us(lambda: dst.copy_(src), n, flush)
+    copy = times(lambda: dst.copy_(src), n, flush, True)
     print(f"| {shape.name} | torch copy of token_hidden's bytes | {copy:.1f} | 1.00 | |", flush=True)
-    b = busy_us(lambda: base(x, e, s, off), n, flush)
+    b = times(lambda: base(x, e, s, off), n, flush, True)
     print(f"| {shape.name} | baseline (whole call) | {b:.1f} | {b / copy:.3f} | "
           f"{bool(torch.equal(base(x, e, s, off), want))} |", flush=True)
     for st, ah, per_sm in VARIANTS:
@@ -211,7 +197,7 @@ def shape_rows(ext, base, ref, ns: dict, shape, n: int, flush: torch.Tensor) -> 
                     exact = str(bool(torch.equal(out[: x.shape[0]], x)))
                 else:
                     exact = "" if shape.name == "deepseek" else str(bool(torch.equal(out, want)))
-                t = busy_us(run, n, flush)
+                t = times(run, n, flush, True)
                 print(f"| {shape.name} | {label} | {t:.1f} | {t / copy:.3f} | {exact} |", flush=True)
             except Exception as ex:  # noqa: BLE001 - a failing variant is reported, the others still run
                 print(f"| {shape.name} | {label} | failed: {type(ex).__name__}: {str(ex)[:150]} | | |", flush=True)
