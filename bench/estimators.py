@@ -31,7 +31,7 @@ from pathlib import Path
 from _common import REPO, md_table
 
 sys.path.insert(0, str(REPO))
-from harness.stats import mean_cv, pooled_ratio, quantile, quantile_rse  # noqa: E402
+from harness.stats import mean_cv, pooled_ratio, quantile, quantile_rse, rse  # noqa: E402
 
 QUANTILES = (0.02, 0.05, 0.1, 0.25, 0.5)
 MIN_RUNS = 5  # a round's least calls (evaluate.round_loop with the config's 20 over 5 rounds)
@@ -62,19 +62,9 @@ def kept(calls: list[float], kind: str | None, arg: float | None, rounds: int, q
         return max(min(n, MIN_RUNS), math.ceil(arg * n))
     target = arg * math.sqrt(rounds)
     seen: list[float] = []
-    total = total_sq = 0.0
     for m, x in enumerate(calls, 1):
         bisect.insort(seen, x)
-        total += x
-        total_sq += x * x
-        if m < MIN_RUNS:
-            continue
-        if kind == "mean":
-            mean = total / m
-            err = math.sqrt(max(total_sq / m - mean * mean, 0.0) * m / (m - 1) / m) / mean
-        else:
-            err = quantile_rse(seen, q)
-        if err <= target:
+        if m >= MIN_RUNS and (rse(seen) if kind == "mean" else quantile_rse(seen, q)) <= target:
             return m
     return n
 
