@@ -73,8 +73,8 @@ def main() -> None:
         print(f"\none cold build: {singles[-1]:.0f} s", flush=True)
     print(f"\nGPU: {run_json(base / 'cold')['devices']['0'].get('gpu')}; config {Path(args.config).name}; wall = whole "
           f"run_eval (builds, reference, checks, timing, reports).\n")
-    print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds", "build jobs",
-                    "correct records"], rows))
+    print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds",
+                    "no build process (memo)", "build jobs", "correct records"], rows))
     if singles:
         one_build = min(singles)
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
@@ -88,7 +88,8 @@ def summary_row(label: str, wall: float, out: Path) -> list:
     recs = records(out)
     correct = sum(r["status"] == "correct" for r in recs)
     return [label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
-            sum(b["cached"] for b in builds), run["build_jobs"], f"{correct}/{len(recs)}"]
+            sum(b["cached"] for b in builds), sum(bool(b.get("memo")) for b in builds), run["build_jobs"],
+            f"{correct}/{len(recs)}"]
 
 
 def spares_table(spares: list[dict]) -> str:
@@ -97,6 +98,7 @@ def spares_table(spares: list[dict]) -> str:
     rows = [[k, len(v), f"{sum(v) / len(v):.2f}", f"{max(v):.2f}"]
             for k in ("init_s", "turn_wait_s", "device_s")
             if (v := [x[k] for x in spares if x.get(k) is not None])]
+    rows.append(["started early (with the judge)", sum(bool(x.get("early")) for x in spares), "", ""])
     rows.append(["ready at", len(spares), "", " ".join(f"{x.get('ready_s', 0):.1f}" for x in spares)])
     return md_table(["step", "spares", "mean s", "max s (ready at: each)"], rows)
 

@@ -17,7 +17,7 @@ from .errors import UsageError
 from .plan import Plan, default_cache_dir, expand_solutions, name_solutions, parse_lanes, select_shapes
 from .problem import read_problem, validate
 from .seeds import MAX_SEED, fresh_master_seed
-from .workers import discard_early, spawn_early
+from .workers import discard_early, early_spares, spawn_early
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +124,7 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    spawn_early(REPO_ROOT)
+    spawn_early(REPO_ROOT, early_spares(sys.argv[1:] if argv is None else argv))
     try:
         return _run(args, console)
     finally:

@@ -21,6 +21,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -35,16 +36,19 @@ events: list[dict] = []
 _torch_pch = None  # torch's header builder, kept when install() disables it for candidates
 
 
-def environment_key() -> dict:
+def environment_key(environ=None) -> dict:
+    """Everything besides a call's arguments that changes the binary; environ: the build process's environment
+    (default: this process's), so the judge can key a build it has not started."""
     import torch
 
+    environ = os.environ if environ is None else environ
     return {
         "torch": torch.__version__,
         "torch_git": getattr(torch.version, "git_version", ""),
         "cuda": torch.version.cuda,
         "python": sys.version,
         "machine": platform.machine(),
-        "env": {k: os.environ.get(k) for k in KEY_ENV},
+        "env": {k: environ.get(k) for k in KEY_ENV},
     }
 
 
@@ -130,6 +134,48 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
 
     wrapper.__wrapped__ = orig
     return wrapper
+
+
+def extension_ready(cache_dir: Path, name: str, key: str) -> bool:
+    folder = Path(cache_dir) / key[:2] / key
+    return (folder / "meta.json").is_file() and (folder / f"{name}.so").is_file()
+
+
+def build_memo_key(source_sha256: str, environ) -> str:
+    """A candidate's whole build, keyed by its source and the build process's environment: what the judge can
+    know without running it. A candidate whose extension's arguments depend on anything else (a file, the
+    clock) only misses: its worker then builds at import, and the verdict is the same."""
+    return _digest([CACHE_VERSION, "candidate", source_sha256, environment_key(environ)])[:32]
+
+
+def _memo_path(cache_dir: Path, key: str) -> Path:
+    return Path(cache_dir) / "builds" / f"{key}.json"
+
+
+def memo_lookup(cache_dir: Path, key: str) -> list[dict] | None:
+    """The extensions an earlier build of the same candidate made, if every one is still in the cache: the
+    candidate goes straight to checking, with no build process (no interpreter, no torch import)."""
+    try:
+        exts = json.loads(_memo_path(cache_dir, key).read_text())["extensions"]
+        if all(extension_ready(cache_dir, e["name"], e["key"]) for e in exts):
+            return exts
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def memo_store(cache_dir: Path, key: str, build_events: list[dict]) -> None:
+    """Remember a build whose every extension call succeeded (written by the judge, after the build)."""
+    exts = [{"name": str(ev.get("name")), "key": str(ev.get("key"))} for ev in build_events]
+    if not all(ev.get("ok") for ev in build_events) or not all(
+            re.fullmatch(r"[0-9a-f]{32}", e["key"]) and re.fullmatch(r"[\w.-]+", e["name"]) for e in exts):
+        return
+    path = _memo_path(cache_dir, key)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"extensions": exts}))
+        tmp.replace(path)
 
 
 def install(cache_dir: str | Path) -> None:

@@ -48,7 +48,7 @@ from .integrity import TreeGuard
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming
-from .workers import WorkerGone, WorkerHandle, take_early
+from .workers import SPARE_WORKERS, WorkerGone, WorkerHandle, take_early
 
 POISON_BYTES = 4 * 2**30
 SHM_MIN_FREE = 8 * 2**30
@@ -156,6 +156,7 @@ class Runner:
 
     def _run(self) -> list[Record]:
         plan = self.plan
+        self._mark("plan_made")
         existing = read_records(self.out / "results.jsonl")
         done = {(r.solution, r.shape) for r in existing}
         self.writer = RecordWriter(self.out / "results.jsonl", existing)
@@ -171,6 +172,7 @@ class Runner:
         todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
         cands = [c for c in cands if todo[c.name]]
         lane_cores, build_cores = self._cores()
+        self._mark("guard_ready")
         toolchain = toolchain_id(plan.device)
         starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
         ref_start = starter.submit(self._start_references, lane_cores, toolchain)
@@ -181,6 +183,7 @@ class Runner:
                 found = [] if plan.static_policy == "off" else static_checks.analyze(
                     c.source, plan.device, c.path.parent, {plan.problem.name})
                 findings[c.name] = found
+            self._mark("static_checks_done")
             self.host = host_info(self.repo_root)
             arch_hint = gpu_arch_hint() if plan.device == "cuda" else None
             self._mark("runner_started")
@@ -396,16 +399,21 @@ class Runner:
             lane_env["CUDA_VISIBLE_DEVICES"] = plan.lanes[i]
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
-                     "device_now": False}
+                     "device_now": False, "env": lane_env, "cwd": str(self.scratch)}
+        spare_log = self.logs / f"spare.lane{i}.log"
 
         def make_spare(register) -> WorkerHandle | None:
-            t0 = time.monotonic()
-            w = self._spawn(i, lane_env, self.logs / f"spare.lane{i}.log", trusted=False)
+            w = take_early("spare") if i == 0 else None
+            times = {"lane": i, "early": w is not None}
+            if w is None:
+                w = self._spawn(i, lane_env, spare_log, trusted=False)
             register(w)
-            times = {"lane": i, "spawned_s": round(t0 - self._t0, 2)}
+            times["spawned_s"] = round(w.spawned_at - self._t0, 2)
             try:
+                if times["early"]:
+                    w.move_log(spare_log, INIT_TIMEOUT_S)
                 reply = w.request("init", INIT_TIMEOUT_S, **init_args)
-                times["init_s"] = round(time.monotonic() - t0, 3)
+                times["init_s"] = round(time.monotonic() - w.spawned_at, 3)
                 if reply.get("ok") and plan.device == "cuda":
                     t1 = time.monotonic()
                     with ref.turn.for_spare():
@@ -481,10 +489,6 @@ class Runner:
 
 
 LANE_STEPS = ("records", "writing records", "progress display", "closing workers", "waiting for a build")
-# Per lane, on hosts whose lanes have their own cores; 1 where workers share cores with timing. A spare's start
-# took 7-11 s on the H200 host (run.json `spares`, twelfth session) while a record at seed takes about 3 s: three
-# spares left records waiting 0.2-2.3 s for one.
-SPARE_WORKERS = 4
 
 
 class Gate:

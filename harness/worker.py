@@ -415,16 +415,19 @@ class Worker:
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
-                 cores: list[int] | None = None, device_now: bool = True, env: dict | None = None) -> dict:
+                 cores: list[int] | None = None, device_now: bool = True, env: dict | None = None,
+                 cwd: str | None = None) -> dict:
         """Everything that needs no device; the device itself too when device_now. A spare candidate worker
         starts without it and gets it from `device`, sent in the device's turn: a CUDA context created while
         another candidate is being timed on the same GPU would share the GPU with it and slow its timed calls.
         env (the lane's CUDA_VISIBLE_DEVICES, cache folders) is applied first, before anything reads it: a worker
-        started early, before its lane was known, gets it here."""
+        started early, before its lane was known, gets it here, and the run's private scratch folder as cwd."""
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
             os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
         self.role, self.device = role, device
         self.fp_seed = fp_seed
         self._pin(cores)

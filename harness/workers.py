@@ -91,6 +91,7 @@ class WorkerHandle:
         self.conn = parent
         self.trusted = trusted
         self.alive = True
+        self.spawned_at = time.monotonic()
 
     def send(self, obj: dict) -> None:
         try:
@@ -216,31 +217,55 @@ def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[flo
     return calls, noops
 
 
-_EARLY: list[WorkerHandle] = []
+SPARE_WORKERS = 4
+"""Spare candidate workers a lane keeps ready, on hosts whose lanes have cores of their own (1 where workers share
+cores with timing). A spare's start took 7-11 s on the H200 host (run.json `spares`, twelfth session) while a
+record at seed takes about 3 s: three spares left records waiting 0.2-2.3 s for one."""
+
+_EARLY: dict[str, list[WorkerHandle]] = {"reference": [], "spare": []}
 
 
-def spawn_early(repo_root: Path) -> None:
-    """Start one worker process before the judge imports torch, for the first lane's reference: its interpreter
-    start and torch import overlap the judge's own (about 4 s before the judge's first spawn on the H200 host).
-    It gets its lane's environment with its init command (before any CUDA call) and its log when taken."""
-    fd, log = tempfile.mkstemp(prefix="kbh-early-", suffix=".log")
-    os.close(fd)
-    _EARLY.append(WorkerHandle(repo_root=repo_root, env={}, log_path=Path(log), cwd=Path(tempfile.gettempdir()),
-                               trusted=True))
+def early_spares(argv: list[str]) -> int:
+    """Spares to start with the early reference worker: the first lane's, where a GPU run is likely (an NVIDIA
+    device node, no `--device cpu`, not `--build-only`); KBH_EARLY_SPARES overrides. Unused ones are killed."""
+    forced = os.environ.get("KBH_EARLY_SPARES")
+    if forced is not None:
+        return max(0, int(forced)) if forced.strip().isdigit() else 0
+    args = " ".join(argv)
+    if "--build-only" in argv or "--device cpu" in args or "--device=cpu" in args:
+        return 0
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not any(Path("/dev").glob("nvidia[0-9]*")):
+        return 0
+    return SPARE_WORKERS
 
 
-def take_early() -> WorkerHandle | None:
-    """The early worker, if it is still alive; a dead one is discarded."""
-    w = _EARLY.pop() if _EARLY else None
-    if w is not None and (not w.alive or w.proc.poll() is not None):
+def spawn_early(repo_root: Path, spares: int = 0) -> None:
+    """Start worker processes before the judge imports torch: one for the first lane's reference and `spares`
+    for its candidates, so their interpreter start and torch import overlap the judge's own (about 4 s before
+    the judge's first spawn on the H200 host) and the reference's work. Each gets its lane's environment with its
+    init command (before any CUDA call) and its log when taken."""
+    for kind, n in (("reference", 1), ("spare", spares)):
+        for _ in range(n):
+            fd, log = tempfile.mkstemp(prefix=f"kbh-early-{kind}-", suffix=".log")
+            os.close(fd)
+            _EARLY[kind].append(WorkerHandle(repo_root=repo_root, env={}, log_path=Path(log),
+                                             cwd=Path(tempfile.gettempdir()), trusted=kind == "reference"))
+
+
+def take_early(kind: str = "reference") -> WorkerHandle | None:
+    """An early worker of this kind, if one is still alive; dead ones are discarded."""
+    while _EARLY[kind]:
+        w = _EARLY[kind].pop(0)
+        if w.alive and w.proc.poll() is None:
+            return w
         _drop(w)
-        return None
-    return w
+    return None
 
 
 def discard_early() -> None:
-    while _EARLY:
-        _drop(_EARLY.pop())
+    for workers in _EARLY.values():
+        while workers:
+            _drop(workers.pop())
 
 
 def _drop(w: WorkerHandle) -> None:

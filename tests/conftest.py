@@ -64,11 +64,13 @@ def build_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def run_eval(build_cache, tmp_path_factory):
-    def run(config: Path, *args: str, out: Path | None = None, timeout: float = 1800) -> RunResult:
+    def run(config: Path, *args: str, out: Path | None = None, timeout: float = 1800,
+            env: dict[str, str] | None = None) -> RunResult:
         out = out or tmp_path_factory.mktemp("run")
         cmd = [sys.executable, str(REPO / "run_eval.py"), str(config), "--cache", str(build_cache), "--out", str(out),
                *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                           env=dict(os.environ, **(env or {})))
         path = out / "results.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         return RunResult(p.returncode, p.stdout, p.stderr, out, records)

@@ -1,6 +1,9 @@
-"""The first reference worker is started before the judge imports torch (workers.spawn_early)."""
+"""The first reference worker, and on GPU hosts the first lane's spares, are started before the judge imports torch
+(workers.spawn_early)."""
 
 import sys
+
+import pytest
 
 from conftest import REPO
 
@@ -39,11 +42,46 @@ def test_an_early_worker_gets_its_log_and_its_lanes_environment(tmp_path):
 def test_discarded_early_workers_are_killed():
     from harness import workers
 
-    workers.spawn_early(REPO)
-    w = workers._EARLY[0]
+    workers.spawn_early(REPO, spares=2)
+    started = workers._EARLY["reference"] + workers._EARLY["spare"]
+    assert len(started) == 3
     workers.discard_early()
-    assert w.proc.poll() is not None and not w.log_path.exists()
-    assert workers.take_early() is None
+    assert all(w.proc.poll() is not None and not w.log_path.exists() for w in started)
+    assert workers.take_early() is None and workers.take_early("spare") is None
+
+
+def test_early_spares_are_candidate_workers_apart_from_the_reference():
+    from harness import workers
+
+    workers.spawn_early(REPO, spares=2)
+    try:
+        ref, a, b = workers.take_early(), workers.take_early("spare"), workers.take_early("spare")
+        assert ref.trusted and not a.trusted and not b.trusted  # replies of spares are size-limited
+        assert len({ref.proc.pid, a.proc.pid, b.proc.pid}) == 3 and workers.take_early("spare") is None
+        a.kill()
+        workers._EARLY["spare"].append(a)
+        assert workers.take_early("spare") is None  # a dead one is dropped, not handed out
+    finally:
+        for w in (ref, b):
+            w.kill()
+        workers.discard_early()
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    (["c.yaml", "--device", "cpu"], {}, 0),
+    (["c.yaml", "--device=cpu"], {}, 0),
+    (["c.yaml", "--build-only"], {}, 0),
+    (["c.yaml"], {"CUDA_VISIBLE_DEVICES": ""}, 0),
+    (["c.yaml", "--device", "cpu"], {"KBH_EARLY_SPARES": "3"}, 3),
+    (["c.yaml"], {"KBH_EARLY_SPARES": "x"}, 0),
+])
+def test_early_spares_only_where_a_gpu_run_is_likely(monkeypatch, argv, env, expected):
+    from harness import workers
+
+    monkeypatch.delenv("KBH_EARLY_SPARES", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert workers.early_spares(argv) == expected
 
 
 def test_bad_input_exits_2_and_leaves_no_early_worker(tmp_path):
@@ -55,7 +93,8 @@ def test_bad_input_exits_2_and_leaves_no_early_worker(tmp_path):
 
     mark = secrets.token_hex(8)
     p = subprocess.run([sys.executable, str(REPO / "run_eval.py"), str(tmp_path / "missing.yaml")],
-                       capture_output=True, text=True, cwd=REPO, timeout=120, env=dict(os.environ, KBH_MARK=mark))
+                       capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env=dict(os.environ, KBH_MARK=mark, KBH_EARLY_SPARES="2"))
     assert p.returncode == 2 and "missing.yaml" in p.stderr and "Traceback" not in p.stderr
     time.sleep(0.5)
     left = []

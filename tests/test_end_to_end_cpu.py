@@ -121,7 +121,19 @@ def test_cpu_builds_compile_with_the_caches_precompiled_header(bundled):
 def test_unchanged_candidate_reuses_its_build(run_eval, bundled):
     again = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu")
     build = again.run_json["builds"]["cpu_cpp"]
-    assert build["status"] == "built" and build["cached"] is True
+    assert build["status"] == "built" and build["cached"] is True and build["memo"] is True
+    assert not (again.out / "logs" / "cpu_cpp.build.log").exists()  # no build process ran
+
+
+def test_a_spare_started_with_the_judge_evaluates_a_candidate(run_eval):
+    res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny",
+                   env={"KBH_EARLY_SPARES": "1"})
+    assert res.rc == 0, res.stderr
+    assert res.by("python_cpu")["status"] == "correct"
+    spares = res.run_json["spares"]
+    assert spares[0]["early"] is True and spares[0]["init_s"] > 0
+    assert spares[0]["spawned_s"] < res.run_json["timeline_s"]["runner_started"]
+    assert (res.out / "logs" / "python_cpu.log").exists()
 
 
 def test_fresh_seeds_differ_between_runs(run_eval):
