@@ -210,10 +210,13 @@ class Runner:
             pool = BuildPool(plan.jobs)
             futures: dict = {}
             arch = arch_hint
+            spares: list[SparePool] = []
             try:
                 if arch_hint or plan.device != "cuda":
                     self._submit_builds(pool, futures, cands, todo, findings, build_cores,
                                         build_env(arch_hint, toolchain), progress, t_build, t_eval)
+                    if not plan.build_only:
+                        spares = self._spare_pools(lane_cores, build_cores, toolchain, arch_hint)
                 refs: list[ReferenceRunner] = ref_start.result()
                 self._mark("references_started")
                 if plan.device == "cuda":
@@ -225,12 +228,10 @@ class Runner:
                         self._submit_builds(pool, futures, cands, todo, findings, build_cores,
                                             build_env(arch, toolchain), progress, t_build, t_eval)
                 self._write_run_json(arch, toolchain)
-                eval_env = {"KBH_TOOLCHAIN": toolchain}
-                if arch:
-                    eval_env["TORCH_CUDA_ARCH_LIST"] = arch
                 if not plan.build_only:
+                    spares = spares or self._spare_pools(lane_cores, build_cores, toolchain, arch)
                     lanes = [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
-                                              args=(i, refs[i], lane_cores[i], build_cores, eval_env, work, todo,
+                                              args=(i, refs[i], lane_cores[i], spares[i], work, todo,
                                                     findings, progress, t_ref, t_eval), daemon=True)
                              for i in range(len(plan.lanes))]
                 for t in lanes:
@@ -262,6 +263,8 @@ class Runner:
                 self._mark("builds_done")
                 for t in lanes:
                     t.join()
+                for sp in spares:  # the lanes close theirs; these are a failed start's
+                    sp.close()
                 self._mark("evaluations_done")
                 pool.shutdown()
                 if self.pch is not None:
@@ -323,7 +326,7 @@ class Runner:
         refs: list[ReferenceRunner] = []
         envs: list[dict] = []
         for i, dev in enumerate(plan.lanes):
-            turn = self.turns.setdefault(dev, DeviceTurn(pause_builds=lane_cores[i] is None))
+            turn = self._turn(i, lane_cores)
             env = {"KBH_TOOLCHAIN": toolchain, "TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
                    "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
             if plan.device == "cuda":
@@ -390,13 +393,28 @@ class Runner:
         tmp.replace(self.out / "run.json")
 
     # -- lanes ------------------------------------------------------------------------------------
-    def _lane(self, i: int, ref: ReferenceRunner, cores, spare_cores, env: dict, work: queue.Queue, todo, findings,
-              progress, t_ref, t_eval) -> None:
+    def _turn(self, i: int, lane_cores) -> DeviceTurn:
+        return self.turns.setdefault(self.plan.lanes[i], DeviceTurn(pause_builds=lane_cores[i] is None))
+
+    def _spare_pools(self, lane_cores, spare_cores, toolchain: str, arch: str | None) -> list[SparePool]:
+        """Each lane's spare candidate workers, started as soon as their environment is known (the architecture:
+        from nvidia-smi before any CUDA context, else from the reference's): their start and device step then
+        overlap the reference's start instead of its timed work. Lane 0's take the workers started with the judge
+        (workers.spawn_early)."""
         plan = self.plan
-        info = self.lane_info[i]
-        lane_env = dict(env)
-        if plan.device == "cuda":
-            lane_env["CUDA_VISIBLE_DEVICES"] = plan.lanes[i]
+        env = {"KBH_TOOLCHAIN": toolchain} | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
+        pools = []
+        for i in range(len(plan.lanes)):
+            lane_env = dict(env) | ({"CUDA_VISIBLE_DEVICES": plan.lanes[i]} if plan.device == "cuda" else {})
+            pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores)),
+                             size=1 if lane_cores[i] is None else SPARE_WORKERS)
+            if lane_cores[i] is not None:
+                pool.prime()  # spares import torch on the build cores while the reference works on the lane's
+            pools.append(pool)
+        return pools
+
+    def _spare_maker(self, i: int, lane_env: dict, spare_cores, turn: DeviceTurn):
+        plan = self.plan
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
                      "device_now": False, "env": lane_env, "cwd": str(self.scratch)}
@@ -416,7 +434,7 @@ class Runner:
                 times["init_s"] = round(time.monotonic() - w.spawned_at, 3)
                 if reply.get("ok") and plan.device == "cuda":
                     t1 = time.monotonic()
-                    with ref.turn.for_spare():
+                    with turn.for_spare():
                         t2 = time.monotonic()
                         reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES)
                     times.update(turn_wait_s=round(t2 - t1, 3), device_s=round(time.monotonic() - t2, 3))
@@ -430,10 +448,13 @@ class Runner:
                 self.spare_log.append(times)
             return w
 
-        spares = SparePool(make_spare, size=1 if cores is None else SPARE_WORKERS)
+        return make_spare
+
+    def _lane(self, i: int, ref: ReferenceRunner, cores, spares: SparePool, work: queue.Queue, todo, findings,
+              progress, t_ref, t_eval) -> None:
+        plan = self.plan
+        info = self.lane_info[i]
         try:
-            if cores is not None:
-                spares.prime()  # spares import torch on the build cores while the reference works on the lane's
             calibration = ref.calibrate(info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.calibrations[i] = calibration
             timings: dict[str, RefTiming] = {}

@@ -758,6 +758,7 @@ class Worker:
 
 def main() -> None:
     conn = Connection(int(sys.argv[1]))
+    importlib.import_module("torch._dynamo")  # before the first command: a worker started early imports it meanwhile
     Worker(conn).serve()
     sys.stdout.flush()
     os._exit(0)

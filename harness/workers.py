@@ -217,10 +217,12 @@ def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[flo
     return calls, noops
 
 
-SPARE_WORKERS = 4
+SPARE_WORKERS = 5
 """Spare candidate workers a lane keeps ready, on hosts whose lanes have cores of their own (1 where workers share
-cores with timing). A spare's start took 7-11 s on the H200 host (run.json `spares`, twelfth session) while a
-record at seed takes about 3 s: three spares left records waiting 0.2-2.3 s for one."""
+cores with timing). A spare's start took 6.5-9 s on the H200 host with no build running (run.json `spares`,
+thirteenth session) and a warm record at seed about 2.1 s: with four, records waited 0.2-0.8 s for one in
+half the records. Each idle spare holds a CUDA context and its poisoned block (at most a quarter of the free
+memory it found)."""
 
 _EARLY: dict[str, list[WorkerHandle]] = {"reference": [], "spare": []}
 
