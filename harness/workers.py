@@ -220,8 +220,8 @@ def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[flo
 SPARE_WORKERS = 5
 """Spare candidate workers a lane keeps ready, on hosts whose lanes have cores of their own (1 where workers share
 cores with timing). A spare's start took 6.5-9 s on the H200 host with no build running (run.json `spares`,
-thirteenth session) and a warm record at seed about 2.1 s: with four, records waited 0.2-0.8 s for one in
-half the records. Each idle spare holds a CUDA context and its poisoned block (at most a quarter of the free
+thirteenth session) and a warm record at seed about 2.1 s: with four, 9 of 16 records waited 0.2-0.8 s for
+one; with five, 1 of 32. Each idle spare holds a CUDA context and its poisoned block (at most a quarter of the free
 memory it found)."""
 
 _EARLY: dict[str, list[WorkerHandle]] = {"reference": [], "spare": []}
