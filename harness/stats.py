@@ -73,10 +73,6 @@ def summarize(times_us: Sequence[float]) -> Measurement:
     )
 
 
-def converged(times_us: Sequence[float], target_rse: float, min_runs: int) -> bool:
-    return len(times_us) >= min_runs and rse(times_us) <= target_rse
-
-
 @dataclass(frozen=True)
 class Round:
     """One paired round (us): the candidate's timed calls, then, with the candidate stopped, short timings of

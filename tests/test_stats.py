@@ -4,7 +4,6 @@ import pytest
 
 from harness.stats import (
     Round,
-    converged,
     fast_p,
     geomean,
     mean_cv,
@@ -54,12 +53,6 @@ def test_quantile_rse_is_infinite_until_both_ranks_exist():
     lo, hi = math.floor(20 - h), math.ceil(20 + h)
     assert quantile_rse(xs, 0.1) == pytest.approx((xs[hi] - xs[lo]) / 4 / quantile(xs, 0.1))
 
-
-def test_converged_needs_min_runs_and_low_error():
-    steady = [10.0] * 30
-    assert converged(steady, 0.005, 20)
-    assert not converged(steady[:10], 0.005, 20)
-    assert not converged([1.0, 100.0] * 15, 0.005, 20)
 
 
 def test_geomean_ignores_missing_and_nonpositive():
