@@ -406,14 +406,14 @@ class Runner:
         pools = []
         for i in range(len(plan.lanes)):
             lane_env = dict(env) | ({"CUDA_VISIBLE_DEVICES": plan.lanes[i]} if plan.device == "cuda" else {})
-            pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores)),
-                             size=1 if lane_cores[i] is None else SPARE_WORKERS)
+            size = 1 if lane_cores[i] is None else SPARE_WORKERS
+            pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores), size), size=size)
             if lane_cores[i] is not None:
                 pool.prime()  # spares import torch on the build cores while the reference works on the lane's
             pools.append(pool)
         return pools
 
-    def _spare_maker(self, i: int, lane_env: dict, spare_cores, turn: DeviceTurn):
+    def _spare_maker(self, i: int, lane_env: dict, spare_cores, turn: DeviceTurn, pool_size: int):
         plan = self.plan
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
@@ -436,7 +436,7 @@ class Runner:
                     t1 = time.monotonic()
                     with turn.for_spare():
                         t2 = time.monotonic()
-                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES)
+                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=pool_size)
                     times.update(turn_wait_s=round(t2 - t1, 3), device_s=round(time.monotonic() - t2, 3))
                 if not reply.get("ok"):
                     w.kill()

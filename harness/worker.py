@@ -256,6 +256,13 @@ def stock_sets(device: str, per_set: int) -> int:
     return max(1, min(STOCK_SETS, budget // max(per_set, 1)))
 
 
+def poison_size(free: int, nbytes: int, holders: int = 1) -> int:
+    """A poisoned block's size: nbytes, and at most a quarter of the free memory shared among the `holders` that
+    may keep one at once (a lane's idle spares each keep theirs in their caching allocator), so on a small GPU
+    the worker being evaluated still finds most of the memory free."""
+    return max(0, min(nbytes, free // (4 * max(1, holders))))
+
+
 class TimedFeed:
     """Inputs and verification for a timing loop. Call i runs on seed derive(base_seed, i)'s inputs, each
     set used by one call only. Sets are drawn up to STOCK_SETS at a time ahead of the calls that use them,
@@ -404,13 +411,13 @@ class Worker:
         elif self.device == "cpu":
             torch.set_num_threads(1)
 
-    def _poison_free_memory(self, nbytes: int) -> None:
+    def _poison_free_memory(self, nbytes: int, holders: int = 1) -> None:
         """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved
         from it read as NaN (floats) or -1 (ints) until written."""
         if nbytes and self.device == "cuda" and not self.poisoned:
             self.poisoned = True
             free, _ = torch.cuda.mem_get_info()
-            block = torch.empty(min(nbytes, free // 4), dtype=torch.uint8, device="cuda").fill_(255)
+            block = torch.empty(poison_size(free, nbytes, holders), dtype=torch.uint8, device="cuda").fill_(255)
             del block
             torch.cuda.synchronize()
 
@@ -472,12 +479,12 @@ class Worker:
         if self.watch is None:
             self._init_device()
 
-    def cmd_device(self, frames, poison_bytes: int = 0) -> dict:
+    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1) -> dict:
         """Start the device in a spare, before any candidate is in it, and poison its free memory: the harness
         sends this inside the device's turn, so the context is never created while another process is being
         timed, and a candidate's import waits for neither."""
         self._ensure_device()
-        self._poison_free_memory(poison_bytes)
+        self._poison_free_memory(poison_bytes, holders)
         return {}
 
     def cmd_log(self, frames, path: str) -> dict:

@@ -105,3 +105,30 @@ def test_bad_input_exits_2_and_leaves_no_early_worker(tmp_path):
         except OSError:
             continue
     assert left == []
+
+
+def test_an_early_spare_takes_the_runs_folder_and_its_device_step(tmp_path):
+    """What the runner sends a lane's spare: init with the lane's environment and the run's scratch folder, then
+    the device step (on a GPU, inside the device's turn) with the poisoned block shared among the lane's spares."""
+    import os
+
+    from harness import workers
+
+    workers.spawn_early(REPO, spares=1)
+    w = workers.take_early("spare")
+    try:
+        w.move_log(tmp_path / "spare.lane0.log", 60)
+        src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": PROBLEM}
+        scratch = tmp_path / "scratch"
+        scratch.mkdir()
+        reply = w.request("init", 300, role="candidate", device="cpu", problem_src=src, fp_seed=1,
+                          cache_dir=str(tmp_path / "cache"), device_now=False, env={"KBH_PROBE": "spare-env"},
+                          cwd=str(scratch))
+        assert reply["ok"], reply
+        assert os.readlink(f"/proc/{w.proc.pid}/cwd") == str(scratch)
+        reply = w.request("device", 120, poison_bytes=2**20, holders=5)
+        assert reply["ok"], reply
+        assert "PROBE spare-env" in (tmp_path / "spare.lane0.log").read_text()
+    finally:
+        w.close()
+        workers.discard_early()

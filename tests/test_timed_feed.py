@@ -8,7 +8,7 @@ import torch
 from harness import stats, timing
 from harness.fingerprint import Fingerprinter
 from harness.seeds import derive
-from harness.worker import STOCK_SETS, TimedFeed
+from harness.worker import STOCK_SETS, TimedFeed, poison_size
 
 BASE = 77
 
@@ -156,3 +156,12 @@ def test_run_loop_runs_on_while_the_low_quantile_is_uncertain():
     samples, _ = timing.run_loop(ValueClock(spread.values), lambda i: ((lambda: i), True), lambda o: None,
                                  lambda *a: None, median_rule)
     assert 5 <= len(samples) < 300  # the settings' quantile is the one whose error is read
+
+
+def test_idle_spares_poison_together_at_most_a_quarter_of_the_free_memory():
+    gib = 2**30
+    assert poison_size(139 * gib, 4 * gib, holders=5) == 4 * gib  # the H200: the 4 GiB block, as before
+    small = poison_size(24 * gib, 4 * gib, holders=5)
+    assert small == 24 * gib // 20 and 5 * small <= 24 * gib // 4
+    assert poison_size(24 * gib, 4 * gib) == 4 * gib and poison_size(8 * gib, 4 * gib) == 2 * gib
+    assert poison_size(0, 4 * gib, holders=0) == 0
