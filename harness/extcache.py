@@ -85,6 +85,16 @@ def _import(name: str, so: Path, is_python_module: bool):
     return module
 
 
+def _ext_folder(cache_dir: Path, key: str) -> Path:
+    return Path(cache_dir) / key[:2] / key
+
+
+def extension_ready(cache_dir: Path, name: str, key: str) -> bool:
+    """The library is complete: meta.json is written only after the build has returned."""
+    folder = _ext_folder(cache_dir, key)
+    return (folder / "meta.json").is_file() and (folder / f"{name}.so").is_file()
+
+
 def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
     sig = inspect.signature(orig)
 
@@ -97,15 +107,15 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
             srcs = a["sources"] if isinstance(a["sources"], list) else [a["sources"]]
             material["source_digests"] = [_file_digest(s) for s in srcs]
         key = _digest([CACHE_VERSION, fn_name, material, env_key])[:32]
-        folder = cache_dir / key[:2] / key
+        folder = _ext_folder(cache_dir, key)
         name = a["name"]
         lib = folder / f"{name}.so"
         meta = folder / "meta.json"
         t0 = time.perf_counter()
-        if not (meta.is_file() and lib.is_file()):
+        if not extension_ready(cache_dir, name, key):
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder.parent / f"{key}.lock"):
-                if not (meta.is_file() and lib.is_file()):
+                if not extension_ready(cache_dir, name, key):
                     a["build_directory"] = str(folder)
                     a["verbose"] = False
                     if "use_pch" in a:
@@ -134,11 +144,6 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
 
     wrapper.__wrapped__ = orig
     return wrapper
-
-
-def extension_ready(cache_dir: Path, name: str, key: str) -> bool:
-    folder = Path(cache_dir) / key[:2] / key
-    return (folder / "meta.json").is_file() and (folder / f"{name}.so").is_file()
 
 
 def build_memo_key(source_sha256: str, environ) -> str:
