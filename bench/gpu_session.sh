@@ -68,6 +68,8 @@ for step in "$@"; do
       export KBH_BUNDLED_RUN="$PWD/results/gpu-bundled" ;;
     buildsplit)
       timeout "$t" $PY bench/build_split.py ${BUILDSPLIT_ARGS:-} > "$OUT/build_split.log" 2>&1 ;;
+    drawcost)
+      timeout "$t" $PY bench/draw_cost.py ${DRAWCOST_ARGS:-} > "$OUT/draw_cost.log" 2>&1 ;;
     feedcost)
       timeout "$t" $PY bench/feed_cost.py ${FEEDCOST_ARGS:-} > "$OUT/feed_cost.log" 2>&1 ;;
     overhead)

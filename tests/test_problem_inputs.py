@@ -1,0 +1,84 @@
+"""The bundled problem's input draw: every set keeps the pack-tokens contract (each token lands on its own
+row inside its expert's segment, slots 0..count-1, padding to pad_to), draws are repeatable by seed, and
+they vary as the problem says (empty experts, random slot order). On the GPU: no host sync in a draw."""
+
+import pytest
+import torch
+
+from conftest import REPO
+from harness.problem import load_namespace, make_inputs, read_problem
+
+NS = load_namespace(read_problem(REPO / "problems" / "pack_tokens.py"))
+SHAPES = [
+    dict(num_tokens=2048, hidden_dim=4, num_experts=16, dtype="float32", pad_to=None),
+    dict(num_tokens=1999, hidden_dim=3, num_experts=16, dtype="float32", pad_to=8),
+    dict(num_tokens=600, hidden_dim=2, num_experts=256, dtype="bfloat16", pad_to=16),
+    dict(num_tokens=1, hidden_dim=5, num_experts=4, dtype="float16", pad_to=None),
+    dict(num_tokens=0, hidden_dim=5, num_experts=4, dtype="float32", pad_to=4),
+    dict(num_tokens=7, hidden_dim=1, num_experts=1, dtype="float32", pad_to=None),
+]
+
+
+def assert_contract(params: dict, inputs: list) -> None:
+    x, expert, slot, off = inputs
+    n, e, pad = params["num_tokens"], params["num_experts"], params["pad_to"]
+    assert x.shape == (n, params["hidden_dim"]) and x.dtype == getattr(torch, params["dtype"])
+    for t, size in ((expert, n), (slot, n), (off, e + 1)):
+        assert t.dtype == torch.int32 and t.dim() == 1 and t.numel() == size and t.is_contiguous()
+    expert, slot, off = expert.cpu().long(), slot.cpu().long(), off.cpu().long()
+    assert off[0] == 0 and bool((off.diff() >= 0).all())
+    assert bool(((expert >= 0) & (expert < e)).all())
+    counts = torch.bincount(expert, minlength=e)
+    seg = off.diff()
+    if pad:
+        assert bool((seg % pad == 0).all()) and torch.equal(seg, (counts + pad - 1) // pad * pad)
+    else:
+        assert torch.equal(seg, counts)
+    for k in range(e):
+        assert torch.equal(slot[expert == k].sort().values, torch.arange(int(counts[k])))
+    dest = off[expert] + slot
+    assert dest.unique().numel() == n and bool((dest < off[-1]).all())
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=lambda p: f"{p['num_tokens']}x{p['num_experts']}")
+def test_every_draw_keeps_the_contract(params):
+    for seed in (1, 2, 3):
+        assert_contract(params, make_inputs(NS, params, seed, "cpu"))
+
+
+def test_draws_repeat_by_seed_and_differ_between_seeds():
+    params = SHAPES[1]
+    a, b, c = (make_inputs(NS, params, s, "cpu") for s in (5, 5, 6))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[1], c[1]) and not torch.equal(a[0], c[0])
+
+
+def test_draws_vary_as_the_problem_says():
+    """Over many draws some experts are empty but never all, loads are skewed, and a token's slot is not
+    its order among its expert's tokens."""
+    params = dict(SHAPES[0], hidden_dim=1)
+    empty, skew, in_order = [], [], []
+    for seed in range(40):
+        _, expert, slot, _ = make_inputs(NS, params, seed, "cpu")
+        counts = torch.bincount(expert.long(), minlength=16)
+        empty.append(int((counts == 0).sum()))
+        skew.append(int(counts.max()) / max(1, int(counts[counts > 0].min())))
+        k = int(counts.argmax())
+        in_order.append(torch.equal(slot[expert == k].long(), torch.arange(int(counts[k]))))
+    assert max(empty) > 0 and max(empty) < 16 and sum(empty) > 20
+    assert min(skew) > 2
+    assert not any(in_order)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", SHAPES[:3], ids=lambda p: f"{p['num_tokens']}x{p['num_experts']}")
+def test_gpu_draw_keeps_the_contract_without_a_host_sync(params):
+    make_inputs(NS, params, 1, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        inputs = make_inputs(NS, params, 2, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(t.is_cuda for t in inputs)
+    assert_contract(params, inputs)
