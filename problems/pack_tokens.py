@@ -24,32 +24,33 @@ class Model(nn.Module):
         return out
 
 
-def get_inputs(num_tokens=2048, hidden_dim=128, num_experts=16, dtype="float32", pad_to=None):
+def get_inputs(num_tokens=2048, hidden_dim=128, num_experts=16, dtype="float32", pad_to=None, device=None):
     """One routing draw: skewed expert loads, some experts switched off, random slot order.
 
-    Written for the device: about 25 small kernels (30 with padding) and no host sync. The harness draws a
-    fresh set for every timed call; the first version (multinomial, randperm, a stable sort, bincount's
-    host syncs, about 45 kernels) cost 1.0-1.6 ms of wall time a call on the H200."""
+    Written for the device: about 20 small kernels (about 25 with padding) and no host sync, tensors placed
+    on `device` directly (the harness then runs no factory-default mode around the draw). The harness draws
+    a fresh set for every timed call; the first version (multinomial, randperm, a stable sort, bincount's
+    host syncs: 50 kernels at seed) cost 0.84 ms of wall time a draw on the H200 (docs/benchmarks.md)."""
     n, e = num_tokens, num_experts
-    token_hidden = torch.randn(n, hidden_dim, dtype=DTYPES[dtype])
-    u = torch.rand(2 * e + n, dtype=torch.float64)
+    token_hidden = torch.randn(n, hidden_dim, dtype=DTYPES[dtype], device=device)
+    u = torch.rand(2 * e + n, device=device)
     load, gate, key = u[:e], u[e:2 * e], u[2 * e:]
-    on = (gate >= 0.125) | (load == load.max())  # about one expert in eight off; never the heaviest
-    cdf = torch.cumsum((load ** 2 + 0.02) * on, 0)
+    # About one expert in eight off. If every one is, the clamp below sends every token to the last.
+    cdf = torch.cumsum(torch.where(gate < 0.125, 0.0, load * load + 0.02), 0)
     # Positions in expert-major order: n sorted uniforms (running sums of exponentials over their total)
     # mapped through the loads' CDF. Token t takes position pos[t] of a uniformly random permutation, so
     # its expert is an independent draw from the loads and its slot a random rank among that expert's tokens.
-    walk = torch.cumsum(torch.empty(n + 1, dtype=torch.float64).exponential_(), 0)
+    walk = torch.cumsum(torch.empty(n + 1, device=device).exponential_(), 0)
     expert_at = torch.searchsorted(cdf, walk[:n] * (cdf[-1] / walk[-1]), right=True, out_int32=True)
     expert_at.clamp_(max=e - 1)
-    bounds = torch.searchsorted(expert_at, torch.arange(e + 1, dtype=torch.int32), out_int32=True)
+    bounds = torch.searchsorted(expert_at, torch.arange(e + 1, dtype=torch.int32, device=device), out_int32=True)
     pos = torch.argsort(key)
     expert = expert_at[pos]
     slot = (pos - bounds[expert]).int()
     if not pad_to:
         return [token_hidden, expert, slot, bounds]
     counts = bounds.diff()
-    offsets = torch.zeros(e + 1, dtype=torch.int32)
+    offsets = torch.zeros(e + 1, dtype=torch.int32, device=device)
     offsets[1:] = torch.cumsum((counts + pad_to - 1) // pad_to * pad_to, 0)
     return [token_hidden, expert, slot, offsets]
 

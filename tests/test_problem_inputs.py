@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from conftest import REPO
-from harness.problem import load_namespace, make_inputs, read_problem
+from harness.config import Shape
+from harness.errors import UsageError
+from harness.problem import (
+    ProblemSource,
+    load_namespace,
+    make_inputs,
+    read_problem,
+    seed_everything,
+    validate,
+)
 
 NS = load_namespace(read_problem(REPO / "problems" / "pack_tokens.py"))
 SHAPES = [
@@ -68,6 +77,39 @@ def test_draws_vary_as_the_problem_says():
     assert max(empty) > 0 and max(empty) < 16 and sum(empty) > 20
     assert min(skew) > 2
     assert not any(in_order)
+
+
+def test_a_get_inputs_that_takes_device_gets_it_and_no_factory_mode():
+    """The meta device shows where factories land by default: the device itself under the mode, the CPU
+    when get_inputs places its tensors."""
+    seen = []
+
+    def places(n, device=None):
+        seen.append(torch.get_default_device().type)
+        return [torch.ones(n, device=device)]
+
+    def defaults(n):
+        seen.append(torch.get_default_device().type)
+        return [torch.ones(n)]
+
+    (a,) = make_inputs({"get_inputs": places}, {"n": 3}, 1, "meta")
+    (b,) = make_inputs({"get_inputs": defaults}, {"n": 3}, 1, "meta")
+    assert seen == ["cpu", "meta"] and a.device.type == b.device.type == "meta"
+
+
+def test_seeding_is_torch_manual_seed_for_the_draw():
+    torch.manual_seed(9)
+    want = torch.rand(5)
+    torch.manual_seed(1)
+    seed_everything(9, "cpu")
+    assert torch.equal(torch.rand(5), want)
+
+
+def test_a_shape_cannot_set_the_device_the_harness_passes():
+    src = ProblemSource("p", "p.py", "class Model: pass\ndef get_inputs(n=1, device=None):\n    return []\n")
+    with pytest.raises(UsageError, match="shapes.s.device"):
+        validate(src, (Shape("s", {"n": 2, "device": "cuda"}),))
+    validate(src, (Shape("s", {"n": 2}),))
 
 
 @pytest.mark.gpu
