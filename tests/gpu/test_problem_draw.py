@@ -1,0 +1,23 @@
+"""The bundled problem's draw on the GPU (marker gpu): the contract holds and no host sync happens in a draw
+(the harness draws once per timed call; the first version synced three times a draw)."""
+
+import pytest
+import torch
+from test_problem_inputs import NS, SHAPES, assert_contract
+
+from harness.problem import make_inputs
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("params", SHAPES[:3], ids=lambda p: f"{p['num_tokens']}x{p['num_experts']}")
+def test_gpu_draw_keeps_the_contract_without_a_host_sync(params):
+    make_inputs(NS, params, 1, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        inputs = make_inputs(NS, params, 2, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(t.is_cuda for t in inputs)
+    assert_contract(params, inputs)
