@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -74,12 +75,13 @@ def main() -> None:
     print(f"\nGPU: {run_json(base / 'cold')['devices']['0'].get('gpu')}; config {Path(args.config).name}; wall = whole "
           f"run_eval (builds, reference, checks, timing, reports).\n")
     print(md_table(["run", "wall s", "s per candidate", "longest build s", "cached builds",
-                    "no build process (memo)", "build jobs", "correct records"], rows))
+                    "no build process (memo)", "build jobs", "correct records", "timed calls a record (mean)",
+                    "empty launch us (median of records: the host's phase)"], rows))
     if singles:
         one_build = min(singles)
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
               f"{walls['cold'] / one_build:.2f} (target <= 3)")
-    print(f"warm batch per candidate = {walls['warm'] / n:.1f} s (target <= 3); runs in {base}")
+    print(f"warm batch per candidate = {walls['warm'] / n:.2f} s (target <= 3); runs in {base}")
 
 
 def summary_row(label: str, wall: float, out: Path) -> list:
@@ -87,9 +89,12 @@ def summary_row(label: str, wall: float, out: Path) -> list:
     builds = run["builds"].values()
     recs = records(out)
     correct = sum(r["status"] == "correct" for r in recs)
-    return [label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.1f}", f"{max(b['seconds'] for b in builds):.0f}",
+    calls = [r["timing"]["runs"] for r in recs if r.get("timing")]
+    launches = [r["floor_launch_us"] for r in recs if r.get("floor_launch_us") is not None]
+    return [label, f"{wall:.0f}", f"{wall / max(1, len(builds)):.2f}", f"{max(b['seconds'] for b in builds):.0f}",
             sum(b["cached"] for b in builds), sum(bool(b.get("memo")) for b in builds), run["build_jobs"],
-            f"{correct}/{len(recs)}"]
+            f"{correct}/{len(recs)}", f"{sum(calls) / len(calls):.0f}" if calls else "-",
+            f"{statistics.median(launches):.1f}" if launches else "-"]
 
 
 def spares_table(spares: list[dict]) -> str:

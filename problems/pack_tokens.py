@@ -27,10 +27,11 @@ class Model(nn.Module):
 def get_inputs(num_tokens=2048, hidden_dim=128, num_experts=16, dtype="float32", pad_to=None, device=None):
     """One routing draw: skewed expert loads, some experts switched off, random slot order.
 
-    Written for the device: about 20 small kernels (about 25 with padding) and no host sync, tensors placed
-    on `device` directly (the harness then runs no factory-default mode around the draw). The harness draws
-    a fresh set for every timed call; the first version (multinomial, randperm, a stable sort, bincount's
-    host syncs: 50 kernels at seed) cost 0.84 ms of wall time a draw on the H200 (docs/benchmarks.md)."""
+    Written for the device, since the harness draws a fresh set for every timed call: no host sync, tensors
+    placed on `device` directly (the harness then runs no factory-default mode around the draw). On the H200
+    (bench/draw_cost.py, docs/benchmarks.md, fourteenth session): 28 kernels and 0.43 ms a draw at seed,
+    0.47-0.62 ms on the large shapes, against 50-82 kernels, three host syncs and 0.80-1.00 ms for the first
+    version (multinomial, randperm, a stable sort, bincount)."""
     n, e = num_tokens, num_experts
     token_hidden = torch.randn(n, hidden_dim, dtype=DTYPES[dtype], device=device)
     u = torch.rand(2 * e + n, device=device)
