@@ -18,7 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .extcache import build_memo_key, memo_lookup, memo_store, partial_header
+from . import isolation
+from .extcache import adopt_staged, build_memo_key, memo_lookup, memo_store, partial_header
 from .workers import groups_stopped
 
 _RUNNING: dict[int, str] = {}
@@ -60,6 +61,7 @@ class BuildResult:
     log: str = ""
     pch: bool = False  # main.cpp compiled with the cache's precompiled torch/extension.h
     memo: bool = False  # found in the cache's record of earlier builds: no build process ran
+    ext_root: str | None = None  # --isolate: the candidate's own folder of the cache, where its worker loads from
 
 
 def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
@@ -126,23 +128,51 @@ def _harness_env(repo_root: Path, env: dict[str, str]) -> dict[str, str]:
 
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
-              log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0) -> BuildResult:
+              log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0, isolate: bool = False) -> BuildResult:
     """Build in a process of its own, unless the cache holds every extension an earlier build of the same source
     in the same environment made (extcache.memo_lookup): a warm batch then starts no build process, which on
     the H200 host took 5-8 s each, 16 at once beside the reference's and the spares' start (twelfth session)."""
     t0 = time.monotonic()
     full_env = _harness_env(repo_root, env)
     memo_key = build_memo_key(cand.sha256, full_env)
-    if memo_lookup(cache_dir, memo_key) is not None:
-        return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True)
+    root = extension_root(cache_dir, memo_key, isolate)
+    ext_root = str(root) if isolate else None
+    if memo_lookup(root, memo_key) is not None:
+        return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
+    ident = isolation.new_identity() if isolate else None
+    try:
+        return _build_process(cand, root, memo_key, full_env, ident, timeout_s, log_path, scratch, cores, nice, t0,
+                              ext_root)
+    finally:
+        if ident is not None:
+            ident.end()
+
+
+def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
+    """Where a candidate's extensions live: the shared cache, or under --isolate a folder of its own, named by its
+    source and build environment (the memo key), which only the judge writes: no other candidate's build can
+    place a library where this one loads from."""
+    if not isolate:
+        return cache_dir
+    root = cache_dir / "by-source" / memo_key
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _build_process(cand: Candidate, root: Path, memo_key: str, full_env: dict, ident, timeout_s: float,
+                   log_path: Path, scratch: Path, cores, nice: int, t0: float, ext_root: str | None) -> BuildResult:
     result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
+    cwd, as_user = scratch, {}
+    if ident is not None:
+        full_env = dict(full_env, **ident.env())
+        result_path, cwd, as_user = ident.home / "result.json", ident.home, ident.popen()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"== build {cand.path} ==\n".encode())
         log.flush()
         proc = subprocess.Popen([sys.executable, "-m", "harness.build_worker", str(cand.copy_path), str(result_path),
-                                 str(cache_dir)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=scratch, env=full_env, start_new_session=True)
+                                 str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=cwd, env=full_env, start_new_session=True, **as_user)
         if cores:
             try:
                 os.sched_setaffinity(proc.pid, cores)
@@ -172,19 +202,23 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
         result_path.unlink()
     except (OSError, ValueError):
         return BuildResult("deferred", f"build process ended without a result (exit code {proc.returncode})",
-                           seconds, log=str(log_path))
+                           seconds, log=str(log_path), ext_root=ext_root)
     status = data.get("status")
     events = data.get("events") or []
+    if not isinstance(events, list) or not all(isinstance(ev, dict) for ev in events):
+        events = []
+    if ident is not None:
+        adopt_staged(root, ident.staging, events)
     cached = bool(events) and all(ev.get("cached") for ev in events)
     pch = any(ev.get("pch") for ev in events)
     if status == "built":
-        memo_store(cache_dir, memo_key, events)
-        return BuildResult("built", "", seconds, cached, str(log_path), pch)
+        memo_store(root, memo_key, events)
+        return BuildResult("built", "", seconds, cached, str(log_path), pch, ext_root=ext_root)
     if status == "compile_error":
-        return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path))
+        return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path), ext_root=ext_root)
     # An import that failed without a compiler error (or found no ModelNew) is decided by the
     # evaluation worker, which imports the candidate again with the device visible.
-    return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path))
+    return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path), ext_root=ext_root)
 
 
 class HeaderBuild:

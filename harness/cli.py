@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import isolation
 from .build import default_jobs
 from .config import STATIC_POLICIES, load_config
 from .errors import UsageError
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation lanes: a count, or device indices like 0,1 (0,0 = two lanes on GPU 0)")
     p.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR, skipping finished records")
     p.add_argument("--cache", metavar="DIR", help="build cache folder (default: .cache/kbh, or $KBH_CACHE)")
+    p.add_argument("--isolate", action="store_true",
+                   help="run the workers that import candidates (builds, evaluations) as users of their own, so the "
+                        "build cache and the run's files are read-only to candidate code (the judge must be root)")
     p.add_argument("--build-only", action="store_true",
                    help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
     return p
@@ -111,13 +115,16 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
             raise UsageError(f"--seed {args.seed}: the run in {args.resume} used seed {prev_seed}")
         master, given = prev_seed, bool(prev["seeds"].get("given"))
         notes.append(f"resumed {args.resume}")
+    cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(REPO_ROOT)
+    if args.isolate:
+        isolation.check_available(REPO_ROOT, {"the build cache": cache_dir, "the output folder": out_dir}, device)
     return Plan(
         config=config, problem=src, device=device, shapes=shapes, solutions=name_solutions(paths),
         master_seed=master, seed_given=given, seeds=args.seeds or config.check.seeds,
         static_policy=args.static_checks or config.static_checks, lanes=parse_lanes(args.gpus, device),
         jobs=args.jobs or config.build.jobs or default_jobs(), out_dir=out_dir.resolve(),
-        cache_dir=Path(args.cache).resolve() if args.cache else default_cache_dir(REPO_ROOT), run_id=run_id,
-        notes=tuple(notes), build_only=args.build_only,
+        cache_dir=cache_dir, run_id=run_id,
+        notes=tuple(notes), build_only=args.build_only, isolate=args.isolate,
     )
 
 

@@ -186,10 +186,12 @@ class CandidateEvaluation:
 
     def _load(self) -> None:
         deadline = time.monotonic() + self.plan.config.timeouts.load_s
+        self.worker.give_log(self.log)
         self._ask("log", deadline, path=str(self.log))
+        roots = {"cache_dir": self.build.ext_root} if self.build is not None and self.build.ext_root else {}
         try:
             self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
-                      poison_bytes=self.lane.poison_bytes)
+                      poison_bytes=self.lane.poison_bytes, **roots)
         except CandidateFailure as e:
             if e.bad_output:
                 raise
@@ -244,7 +246,7 @@ class CandidateEvaluation:
 
     def _check(self, shape: Shape, ev: Evidence, ref, seed: int, phase: str, deadline: float,
                first: bool) -> CheckOutcome:
-        prefix = str(self.lane.scratch / f"out-{self.token}")
+        prefix = str((self.lane.scratch if self.worker.identity is None else self.worker.workdir) / f"out-{self.token}")
         reply = self._ask("check", deadline, seed=seed, out_prefix=prefix)
         try:
             cand = self._read_outputs(reply, prefix)

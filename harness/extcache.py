@@ -23,7 +23,10 @@ import os
 import platform
 import re
 import shlex
+import shutil
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +36,7 @@ KEY_ENV = ("TORCH_CUDA_ARCH_LIST", "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS",
 IGNORED_ARGS = ("build_directory", "verbose", "keep_intermediates", "use_pch")
 
 events: list[dict] = []
+_roots: dict = {"cache": None, "staging": None}
 _torch_pch = None  # torch's header builder, kept when install() disables it for candidates
 
 
@@ -95,10 +99,11 @@ def extension_ready(cache_dir: Path, name: str, key: str) -> bool:
     return (folder / "meta.json").is_file() and (folder / f"{name}.so").is_file()
 
 
-def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
+def _cached(orig, fn_name: str, env_key: dict):
     sig = inspect.signature(orig)
 
     def wrapper(*args, **kwargs):
+        cache_dir, staging = _roots["cache"], _roots["staging"]
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
         a = dict(bound.arguments)
@@ -107,8 +112,10 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
             srcs = a["sources"] if isinstance(a["sources"], list) else [a["sources"]]
             material["source_digests"] = [_file_digest(s) for s in srcs]
         key = _digest([CACHE_VERSION, fn_name, material, env_key])[:32]
-        folder = _ext_folder(cache_dir, key)
         name = a["name"]
+        if staging is not None and not extension_ready(cache_dir, name, key):
+            cache_dir = staging  # --isolate: the cache is read-only here; misses build in the worker's own folder
+        folder = _ext_folder(cache_dir, key)
         lib = folder / f"{name}.so"
         meta = folder / "meta.json"
         t0 = time.perf_counter()
@@ -143,6 +150,7 @@ def _cached(orig, fn_name: str, cache_dir: Path, env_key: dict):
         return result
 
     wrapper.__wrapped__ = orig
+    wrapper._kbh_cached = True
     return wrapper
 
 
@@ -184,17 +192,78 @@ def memo_store(cache_dir: Path, key: str, build_events: list[dict]) -> None:
 
 
 def install(cache_dir: str | Path) -> None:
+    """Wrap load_inline and load (once) to build into and import from cache_dir; with $KBH_STAGING (--isolate),
+    misses build into that folder instead, the cache being read-only to this process."""
     import torch.utils.cpp_extension as ce
 
     global _torch_pch
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    set_root(cache_dir)
+    if _roots["staging"] is None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    if getattr(ce.load_inline, "_kbh_cached", False):
+        return
     env_key = environment_key()
     _torch_pch = _torch_pch or ce._check_and_build_extension_h_precompiler_headers
     ce.remove_extension_h_precompiler_headers = lambda: None
     ce._check_and_build_extension_h_precompiler_headers = lambda *a, **k: None
-    ce.load_inline = _cached(ce.load_inline, "load_inline", cache_dir, env_key)
-    ce.load = _cached(ce.load, "load", cache_dir, env_key)
+    ce.load_inline = _cached(ce.load_inline, "load_inline", env_key)
+    ce.load = _cached(ce.load, "load", env_key)
+
+
+def set_root(cache_dir: str | Path) -> None:
+    """Where extensions are looked up (and, without staging, built): an evaluation worker under --isolate gets
+    its candidate's own folder of the cache with the candidate, after its start."""
+    staging = os.environ.get("KBH_STAGING")
+    _roots.update(cache=Path(cache_dir), staging=Path(staging) if staging else None)
+
+
+EXT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+EXT_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def _read_plain(path: Path, inside: str) -> bytes | None:
+    """A regular file's bytes, opened without following a link, from a folder another user controls."""
+    if not os.path.realpath(path.parent).startswith(inside + os.sep):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read()
+
+
+def adopt_staged(cache_dir: Path, staging: Path, build_events: list[dict]) -> list[str]:
+    """--isolate, in the judge: copy each extension a build compiled into its own staging folder into cache_dir
+    (the candidate's own folder of the cache), as the judge's files. The events come from the build process,
+    so a lie there can only place a library in that candidate's own folder."""
+    adopted = []
+    inside = os.path.realpath(staging)
+    for ev in build_events:
+        name, key = str(ev.get("name")), str(ev.get("key"))
+        if not ev.get("ok") or ev.get("cached") or not EXT_NAME.fullmatch(name) or not EXT_KEY.fullmatch(key):
+            continue
+        if extension_ready(cache_dir, name, key):
+            continue
+        src = _ext_folder(staging, key)
+        blobs = {f: _read_plain(src / f, inside) for f in (f"{name}.so", "meta.json")}
+        if any(b is None for b in blobs.values()):
+            continue
+        dst = _ext_folder(cache_dir, key)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=".adopt-"))
+        for f, b in blobs.items():
+            (tmp / f).write_bytes(b)
+            (tmp / f).chmod(0o644)
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(dst)
+            adopted.append(name)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return adopted
 
 
 def pch_command() -> list[str] | None:

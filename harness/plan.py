@@ -31,6 +31,7 @@ class Plan:
     run_id: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     build_only: bool = False
+    isolate: bool = False  # build and evaluation workers run as users of their own (harness.isolation)
 
     def check_seeds(self, shape: str) -> list[int]:
         return [derive(self.master_seed, shape, "check", k) for k in range(self.seeds)]

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import report, static_checks
+from . import isolation, report, static_checks
 from .build import (
     BuildPool,
     BuildResult,
@@ -104,7 +104,9 @@ class Runner:
         return {"name": p.name, "path": p.path, "text": p.text}
 
     def _spawn(self, lane: int, env: dict, log: Path, trusted: bool) -> WorkerHandle:
-        return WorkerHandle(repo_root=self.repo_root, env=env, log_path=log, cwd=self.scratch, trusted=trusted)
+        ident = isolation.new_identity() if self.plan.isolate and not trusted else None
+        return WorkerHandle(repo_root=self.repo_root, env=env, log_path=log, cwd=self.scratch, trusted=trusted,
+                            identity=ident)
 
     # -- tamper guard --------------------------------------------------------------------------
     def _guard_check(self) -> None:
@@ -162,6 +164,8 @@ class Runner:
         self.writer = RecordWriter(self.out / "results.jsonl", existing)
         src_dir = self.scratch / "src"
         cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
+        if plan.isolate:
+            isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
         self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
         for c in cands:
             self.guard.allow_log(f"{safe_name(c.name)}.log")
@@ -302,7 +306,7 @@ class Runner:
             kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                           timeout_s=plan.config.build.timeout_s,
                           log_path=self.logs / f"{safe_name(c.name)}.build.log", scratch=self.scratch,
-                          cores=build_cores, nice=build_nice(len(futures)))
+                          cores=build_cores, nice=build_nice(len(futures)), isolate=plan.isolate)
             with self.lock:
                 self.building.add(c.name)
                 self.build_args[c.name] = (c, kwargs)
@@ -430,7 +434,7 @@ class Runner:
             try:
                 if times["early"]:
                     w.move_log(spare_log, INIT_TIMEOUT_S)
-                reply = w.request("init", INIT_TIMEOUT_S, **init_args)
+                reply = w.request("init", INIT_TIMEOUT_S, **dict(init_args, cwd=str(w.workdir if w.identity else self.scratch)))
                 times["init_s"] = round(time.monotonic() - w.spawned_at, 3)
                 if reply.get("ok") and plan.device == "cuda":
                     t1 = time.monotonic()

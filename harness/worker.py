@@ -496,9 +496,12 @@ class Worker:
         os.close(fd)
         return {}
 
-    def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0) -> dict:
+    def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0,
+                 cache_dir: str | None = None) -> dict:
         """Move to the lane's timing core (spares start elsewhere), start the device, poison free memory,
-        then import the candidate."""
+        then import the candidate (from cache_dir, its own folder of the build cache, under --isolate)."""
+        if cache_dir:
+            extcache.set_root(cache_dir)
         self._pin(cores)
         self._ensure_device()
         self._poison_free_memory(poison_bytes)

@@ -18,6 +18,8 @@ import time
 from multiprocessing import Pipe
 from pathlib import Path
 
+from .isolation import Identity
+
 MAX_REPLY_BYTES = 64 * 2**20
 
 
@@ -73,19 +75,24 @@ def _await_stop(pid: int, limit_s: float = 0.5) -> None:
 
 
 class WorkerHandle:
-    def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool):
+    def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
+                 identity: Identity | None = None):
         parent, child = Pipe(duplex=True)
         full_env = dict(os.environ)
         full_env.update(env)
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
         full_env["PYTHONUNBUFFERED"] = "1"
+        self.identity = identity
+        self.workdir = cwd if identity is None else identity.home
+        if identity is not None:
+            full_env.update(identity.env())
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            cwd=cwd, env=full_env, start_new_session=True,
+            cwd=self.workdir, env=full_env, start_new_session=True, **(identity.popen() if identity else {}),
         )
         child.close()
         self.conn = parent
@@ -142,6 +149,7 @@ class WorkerHandle:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError), open(path, "ab") as f:
             f.write(self.log_path.read_bytes())
+        self.give_log(path)
         reply = self.request("log", timeout, path=str(path))
         if not reply.get("ok"):
             raise WorkerGone("died", f"could not move its log: {reply.get('message', '')}")
@@ -150,6 +158,12 @@ class WorkerHandle:
             self.log_path.unlink()
         self._log = open(path, "ab")
         self.log_path = path
+
+    def give_log(self, path: Path) -> None:
+        """A worker under a user of its own opens its log itself: the judge makes the file and hands it over."""
+        if self.identity is not None:
+            path.touch(mode=0o600)
+            self.identity.give(path)
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})
@@ -180,6 +194,8 @@ class WorkerHandle:
                 pass
             self.conn.close()
             self._log.close()
+            if self.identity is not None:
+                self.identity.end()
 
     def close(self) -> None:
         if self.alive:
@@ -234,7 +250,7 @@ def early_spares(argv: list[str]) -> int:
     if forced is not None:
         return max(0, int(forced)) if forced.strip().isdigit() else 0
     args = " ".join(argv)
-    if "--build-only" in argv or "--device cpu" in args or "--device=cpu" in args:
+    if "--build-only" in argv or "--isolate" in argv or "--device cpu" in args or "--device=cpu" in args:
         return 0
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not any(Path("/dev").glob("nvidia[0-9]*")):
         return 0

@@ -31,9 +31,11 @@ def fake_load_inline(tmp_path, monkeypatch):
     monkeypatch.setattr(extcache, "_import", lambda name, so, is_python_module: "cached")
     extcache.events.clear()
     cache = tmp_path / "cache"
+    monkeypatch.setitem(extcache._roots, "cache", cache)
+    monkeypatch.setitem(extcache._roots, "staging", None)
 
     def call(src: str = "int f() { return 1; }", flags=("-O2",), **kw):
-        wrapped = extcache._cached(load_inline, "load_inline", cache, extcache.environment_key())
+        wrapped = extcache._cached(load_inline, "load_inline", extcache.environment_key())
         return wrapped("ext", cpp_sources=src, extra_cflags=list(flags), **kw)
 
     yield call, built
@@ -124,3 +126,34 @@ def test_memo_key_follows_the_build_environment():
     assert a != extcache.build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "8.0"})
     assert a != extcache.build_memo_key("3" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0"})
     assert build.BuildResult("built").memo is False
+
+
+def staged(staging: Path, name: str, key: str, so: bytes = b"lib") -> Path:
+    folder = staging / key[:2] / key
+    folder.mkdir(parents=True)
+    (folder / f"{name}.so").write_bytes(so)
+    (folder / "meta.json").write_text("{}")
+    return folder
+
+
+def test_adopt_copies_a_staged_build_into_its_root_and_nothing_else(tmp_path):
+    """--isolate: the judge copies what a build compiled into the candidate's own folder of the cache; an event
+    with a key or name that is not one, a failed or cached one, or a library that is a link, is left out."""
+    staging, root = tmp_path / "staging", tmp_path / "root"
+    good, bad_key, link = "a" * 32, "B" * 32, "c" * 32
+    staged(staging, "ext", good)
+    staged(staging, "ext", bad_key)
+    staged(staging, "ext", "d" * 32)
+    folder = staged(staging, "ext", link)
+    (folder / "ext.so").unlink()
+    (folder / "ext.so").symlink_to(tmp_path / "secret")
+    (tmp_path / "secret").write_bytes(b"not a library")
+    events = [{"name": "ext", "key": good, "ok": True, "cached": False},
+              {"name": "ext", "key": bad_key, "ok": True, "cached": False},
+              {"name": "../ext", "key": "d" * 32, "ok": True, "cached": False},
+              {"name": "ext", "key": "d" * 32, "ok": False, "cached": False},
+              {"name": "ext", "key": link, "ok": True, "cached": False}]
+    assert extcache.adopt_staged(root, staging, events) == ["ext"]
+    assert extcache.extension_ready(root, "ext", good)
+    assert (root / good[:2] / good / "ext.so").read_bytes() == b"lib"
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["ext.so", "meta.json"]
