@@ -8,6 +8,8 @@ mismatching index. Fingerprint comparisons for timed calls live here too.
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +52,16 @@ def tensor_from_bytes(data, meta: dict, prefix_ok: bool = False) -> torch.Tensor
 
 
 def read_output_file(meta: dict) -> torch.Tensor:
-    """Map a candidate's output slot copy-on-write: no copy, and nothing written back."""
+    """Map a candidate's output slot copy-on-write: no copy, and nothing written back. The slot is in a folder
+    the candidate's process can write (its own home under --isolate), so it is opened without following a
+    link and must be a regular file: the judge never reads another file on the candidate's behalf."""
     if meta["nbytes"] == 0:
         return tensor_from_bytes(b"", meta)
-    return tensor_from_bytes(np.memmap(meta["file"], dtype=np.uint8, mode="c"), meta, prefix_ok=True)
+    fd = os.open(meta["file"], os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError("output slot is not a regular file")
+        return tensor_from_bytes(np.memmap(f, dtype=np.uint8, mode="c"), meta, prefix_ok=True)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:

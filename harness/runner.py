@@ -287,7 +287,8 @@ class Runner:
                        progress, t_build, t_eval) -> None:
         plan = self.plan
         self._mark("builds_started")
-        if plan.config.build.pch and any(c.native_kind in ("cpp", "cuda") for c in cands) and self.pch is None:
+        wants_pch = plan.config.build.pch and not plan.isolate  # isolated builds compile in folders of their own
+        if wants_pch and any(c.native_kind in ("cpp", "cuda") for c in cands) and self.pch is None:
             self.pch = HeaderBuild(plan.cache_dir, benv.get("KBH_TOOLCHAIN", ""), self.repo_root, benv,
                                    self.logs / "pch.log", plan.config.build.timeout_s, build_cores)
             self.guard.allow_log("pch.log")

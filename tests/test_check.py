@@ -10,6 +10,7 @@ from harness.check import (
     compare_outputs,
     compare_tensor,
     fingerprint_matches,
+    read_output_file,
     same_as,
     tensor_from_bytes,
 )
@@ -138,3 +139,14 @@ def test_fingerprint_projection_never_rejects_within_tolerance_and_catches_stale
 
 def test_comparison_is_a_value():
     assert Comparison(True, "ok") == Comparison(True, "ok")
+
+
+def test_an_output_slot_that_is_a_link_is_not_followed(tmp_path):
+    """The slot is in a folder the candidate can write: the judge must not read another file through it."""
+    real = tmp_path / "real.bin"
+    torch.arange(4, dtype=torch.float32).numpy().tofile(real)
+    meta = {"file": str(real), "nbytes": 16, "dtype": "float32", "shape": [4], "device": "cpu"}
+    assert read_output_file(meta).tolist() == [0.0, 1.0, 2.0, 3.0]
+    (tmp_path / "slot.bin").symlink_to(real)
+    with pytest.raises(OSError):
+        read_output_file(dict(meta, file=str(tmp_path / "slot.bin")))
