@@ -141,8 +141,7 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
         return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
     ident = isolation.new_identity() if isolate else None
     try:
-        return _build_process(cand, root, memo_key, full_env, ident, timeout_s, log_path, scratch, cores, nice, t0,
-                              ext_root)
+        return _build_process(cand, root, memo_key, full_env, ident, timeout_s, log_path, scratch, cores, nice, t0)
     finally:
         if ident is not None:
             ident.end()
@@ -160,7 +159,8 @@ def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
 
 
 def _build_process(cand: Candidate, root: Path, memo_key: str, full_env: dict, ident, timeout_s: float,
-                   log_path: Path, scratch: Path, cores, nice: int, t0: float, ext_root: str | None) -> BuildResult:
+                   log_path: Path, scratch: Path, cores, nice: int, t0: float) -> BuildResult:
+    ext_root = str(root) if ident is not None else None
     result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
     cwd, as_user = scratch, {}
     if ident is not None:

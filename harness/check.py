@@ -8,14 +8,13 @@ mismatching index. Fingerprint comparisons for timed calls live here too.
 from __future__ import annotations
 
 import math
-import os
-import stat
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .config import Tolerance
+from .isolation import open_regular
 
 CHUNK = 1 << 22
 DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -57,10 +56,7 @@ def read_output_file(meta: dict) -> torch.Tensor:
     link and must be a regular file: the judge never reads another file on the candidate's behalf."""
     if meta["nbytes"] == 0:
         return tensor_from_bytes(b"", meta)
-    fd = os.open(meta["file"], os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ValueError("output slot is not a regular file")
+    with open_regular(meta["file"]) as f:
         return tensor_from_bytes(np.memmap(f, dtype=np.uint8, mode="c"), meta, prefix_ok=True)
 
 

@@ -246,7 +246,7 @@ class CandidateEvaluation:
 
     def _check(self, shape: Shape, ev: Evidence, ref, seed: int, phase: str, deadline: float,
                first: bool) -> CheckOutcome:
-        prefix = str((self.lane.scratch if self.worker.identity is None else self.worker.workdir) / f"out-{self.token}")
+        prefix = str(self.worker.own_folder(self.lane.scratch) / f"out-{self.token}")
         reply = self._ask("check", deadline, seed=seed, out_prefix=prefix)
         try:
             cand = self._read_outputs(reply, prefix)

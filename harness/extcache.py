@@ -24,11 +24,12 @@ import platform
 import re
 import shlex
 import shutil
-import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from .isolation import open_regular
 
 CACHE_VERSION = "1"
 KEY_ENV = ("TORCH_CUDA_ARCH_LIST", "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "NVCC_APPEND_FLAGS",
@@ -113,13 +114,15 @@ def _cached(orig, fn_name: str, env_key: dict):
             material["source_digests"] = [_file_digest(s) for s in srcs]
         key = _digest([CACHE_VERSION, fn_name, material, env_key])[:32]
         name = a["name"]
-        if staging is not None and not extension_ready(cache_dir, name, key):
+        ready = extension_ready(cache_dir, name, key)
+        if staging is not None and not ready:
             cache_dir = staging  # --isolate: the cache is read-only here; misses build in the worker's own folder
+            ready = extension_ready(cache_dir, name, key)
         folder = _ext_folder(cache_dir, key)
         lib = folder / f"{name}.so"
         meta = folder / "meta.json"
         t0 = time.perf_counter()
-        if not extension_ready(cache_dir, name, key):
+        if not ready:
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder.parent / f"{key}.lock"):
                 if not extension_ready(cache_dir, name, key):
@@ -181,7 +184,7 @@ def memo_store(cache_dir: Path, key: str, build_events: list[dict]) -> None:
     """Remember a build whose every extension call succeeded (written by the judge, after the build)."""
     exts = [{"name": str(ev.get("name")), "key": str(ev.get("key"))} for ev in build_events]
     if not all(ev.get("ok") for ev in build_events) or not all(
-            re.fullmatch(r"[0-9a-f]{32}", e["key"]) and re.fullmatch(r"[\w.-]+", e["name"]) for e in exts):
+            EXT_KEY.fullmatch(e["key"]) and re.fullmatch(r"[\w.-]+", e["name"]) for e in exts):
         return
     path = _memo_path(cache_dir, key)
     with contextlib.suppress(OSError):
@@ -226,13 +229,10 @@ def _read_plain(path: Path, inside: str) -> bytes | None:
     if not os.path.realpath(path.parent).startswith(inside + os.sep):
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        with open_regular(path) as f:
+            return f.read()
+    except (OSError, ValueError):
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        return f.read()
 
 
 def adopt_staged(cache_dir: Path, staging: Path, build_events: list[dict]) -> list[str]:

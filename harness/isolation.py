@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,16 @@ class Identity:
                            user=self.uid, group=self.uid, extra_groups=[], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, cwd="/")
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def open_regular(path: str | Path):
+    """A regular file opened for reading without following a link: for files in a folder candidate code can write
+    (an output slot, a build's staging folder), so the judge never reads another file on its behalf."""
+    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise ValueError(f"{path} is not a regular file")
+    return f
 
 
 def closed_folder(path: Path) -> Path | None:

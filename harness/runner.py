@@ -422,7 +422,7 @@ class Runner:
         plan = self.plan
         init_args = {"role": "candidate", "device": plan.device, "problem_src": self._problem_src(),
                      "fp_seed": plan.fp_seed, "cache_dir": str(plan.cache_dir), "cores": spare_cores,
-                     "device_now": False, "env": lane_env, "cwd": str(self.scratch)}
+                     "device_now": False, "env": lane_env}
         spare_log = self.logs / f"spare.lane{i}.log"
 
         def make_spare(register) -> WorkerHandle | None:
@@ -435,7 +435,7 @@ class Runner:
             try:
                 if times["early"]:
                     w.move_log(spare_log, INIT_TIMEOUT_S)
-                reply = w.request("init", INIT_TIMEOUT_S, **dict(init_args, cwd=str(w.workdir if w.identity else self.scratch)))
+                reply = w.request("init", INIT_TIMEOUT_S, cwd=str(w.own_folder(self.scratch)), **init_args)
                 times["init_s"] = round(time.monotonic() - w.spawned_at, 3)
                 if reply.get("ok") and plan.device == "cuda":
                     t1 = time.monotonic()

@@ -83,7 +83,6 @@ class WorkerHandle:
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
         full_env["PYTHONUNBUFFERED"] = "1"
         self.identity = identity
-        self.workdir = cwd if identity is None else identity.home
         if identity is not None:
             full_env.update(identity.env())
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +91,7 @@ class WorkerHandle:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            cwd=self.workdir, env=full_env, start_new_session=True, **(identity.popen() if identity else {}),
+            cwd=self.own_folder(cwd), env=full_env, start_new_session=True, **(identity.popen() if identity else {}),
         )
         child.close()
         self.conn = parent
@@ -158,6 +157,11 @@ class WorkerHandle:
             self.log_path.unlink()
         self._log = open(path, "ab")
         self.log_path = path
+
+    def own_folder(self, shared: Path) -> Path:
+        """Where this worker may write files for the judge (its cwd, output slots): its home under a user of its
+        own, else the run's shared scratch folder."""
+        return shared if self.identity is None else self.identity.home
 
     def give_log(self, path: Path) -> None:
         """A worker under a user of its own opens its log itself: the judge makes the file and hands it over."""
