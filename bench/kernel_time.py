@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,11 +25,14 @@ from harness import problem  # noqa: E402
 from harness.build_worker import import_on_this_gpu  # noqa: E402
 from harness.config import load_config  # noqa: E402
 from harness.timing import prefer_spin_wait  # noqa: E402
+from harness.worker import _EmptyModel  # noqa: E402
 
 
-def times(fn, n: int, flush: torch.Tensor, busy: bool) -> float:
-    """Median us of n calls, L2 flushed before each; busy: no sync between calls."""
+def times(fn, n: int, flush: torch.Tensor, busy: bool) -> tuple[float, float]:
+    """Median us of n calls by CUDA events, and the median host time of the call itself (until it returns),
+    L2 flushed before each; busy: no sync between calls."""
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    host = []
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -37,13 +41,15 @@ def times(fn, n: int, flush: torch.Tensor, busy: bool) -> float:
         if not busy:
             torch.cuda.synchronize()
         e0.record()
+        h0 = time.perf_counter_ns()
         out = fn()
+        host.append((time.perf_counter_ns() - h0) / 1e3)
         e1.record()
         del out
         if not busy:
             torch.cuda.synchronize()
     torch.cuda.synchronize()
-    return statistics.median(e0.elapsed_time(e1) * 1e3 for e0, e1 in ev)
+    return statistics.median(e0.elapsed_time(e1) * 1e3 for e0, e1 in ev), statistics.median(host)
 
 
 def main() -> None:
@@ -67,8 +73,13 @@ def main() -> None:
     ref = ns["Model"]()
     print(f"GPU {torch.cuda.get_device_name(0)}, torch {torch.__version__}; median us of {args.n} calls, "
           "CUDA events, 256 MB flush before each\n")
-    print("| shape | kernel | busy us | idle us | busy / copy busy | idle / copy idle | exact |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    empty = _EmptyModel()
+    one = torch.zeros(1, device="cuda")
+    (eb, _), (ei, eh) = times(lambda: empty(one), args.n, flush, True), times(lambda: empty(one), args.n, flush, False)
+    print(f"empty launch through an nn.Module (the harness's floor): busy {eb:.1f} us, idle {ei:.1f} us, "
+          f"host {eh:.1f} us\n")
+    print("| shape | kernel | busy us | idle us | idle host us | busy / copy busy | idle / copy idle | exact |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for name in args.shapes:
         shape_rows(ns, ref, mods, next(s for s in cfg.shapes if s.name == name), args.n, flush)
         torch.cuda.empty_cache()
@@ -83,17 +94,19 @@ def shape_rows(ns: dict, ref, mods: dict, shape, n: int, flush: torch.Tensor) ->
     def copy():
         return torch.empty_like(src).copy_(src)
 
-    cb, ci = times(copy, n, flush, True), times(copy, n, flush, False)
-    print(f"| {shape.name} | copy of {nbytes / 1e6:.1f} MB | {cb:.1f} | {ci:.1f} | 1.00 | 1.00 | |", flush=True)
+    (cb, _), (ci, ch) = times(copy, n, flush, True), times(copy, n, flush, False)
+    print(f"| {shape.name} | copy of {nbytes / 1e6:.1f} MB | {cb:.1f} | {ci:.1f} | {ch:.1f} | 1.00 | 1.00 | |",
+          flush=True)
     for label, m in mods.items():
         try:
             got = m(*inputs)
             exact = got.shape == want.shape and bool(torch.equal(got, want))
-            b = times(lambda m=m: m(*inputs), n, flush, True)
-            i = times(lambda m=m: m(*inputs), n, flush, False)
-            print(f"| {shape.name} | {label} | {b:.1f} | {i:.1f} | {b / cb:.2f} | {i / ci:.2f} | {exact} |", flush=True)
+            b, _ = times(lambda m=m: m(*inputs), n, flush, True)
+            i, h = times(lambda m=m: m(*inputs), n, flush, False)
+            print(f"| {shape.name} | {label} | {b:.1f} | {i:.1f} | {h:.1f} | {b / cb:.2f} | {i / ci:.2f} | {exact} |",
+                  flush=True)
         except Exception as e:  # noqa: BLE001 - one failing variant is reported, the others still run
-            print(f"| {shape.name} | {label} | failed: {type(e).__name__}: {str(e)[:120]} | | | | |", flush=True)
+            print(f"| {shape.name} | {label} | failed: {type(e).__name__}: {str(e)[:120]} | | | | | |", flush=True)
 
 if __name__ == "__main__":
     main()

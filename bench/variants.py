@@ -21,9 +21,11 @@ ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZER
              "check_in_python": {"CHECK_IN_PYTHON": 1}, "plain_stores": {"STREAM_STORES": 0},
              "count_by_copy": {"COUNT_BY_KERNEL": 0}, "threads_128": {"THREADS": 128}, "items_4": {"FLAT_ITEMS": 4},
              "threads_128_items_4": {"THREADS": 128, "FLAT_ITEMS": 4},
+             # the fifteenth session's one launch: chunks drawn from a counter, on a grid of resident blocks or not
+             "two_launches": {"TICKETS": 0}, "tickets_grid_32": {"PERSISTENT": 0},
              # the fifth session's fused grid (owner map first, padding rows zeroed beside the scatter)
-             "unfused": {"FUSED": 0}, "no_pdl": {"PDL": 0},
-             "blocks_3": {"BLOCKS_PER_SM": 3}, "blocks_8": {"BLOCKS_PER_SM": 8},
+             "unfused": {"TICKETS": 0, "FUSED": 0}, "no_pdl": {"TICKETS": 0, "PDL": 0},
+             "blocks_3": {"TICKETS": 0, "BLOCKS_PER_SM": 3}, "blocks_8": {"TICKETS": 0, "BLOCKS_PER_SM": 8},
              # the row-group kernel (FLAT 0), the default before the fourth session, and its own alternatives
              "rows": {"FLAT": 0}, "rows_threads_128": {"FLAT": 0, "THREADS": 128},
              "rows_persistent_grid": {"FLAT": 0, "BLOCKS_PER_SM": 8}, "rows_unroll_4": {"FLAT": 0, "UNROLL": 4},

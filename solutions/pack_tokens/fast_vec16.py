@@ -83,6 +83,8 @@ FLAT = 1  # 1: token rows moved as one flat array of vectors, as a copy kernel w
 FLAT_ITEMS = 8  # FLAT: vectors per thread, all loaded before any destination is looked up
 FUSED = 1  # FLAT: owner map by a small kernel first, then one grid for token rows and padding rows alike
 PDL = 1  # FUSED: launch the main grid while the owner map is still being written (programmatic dependent launch)
+TICKETS = 1  # FLAT: one launch; blocks draw chunks from a counter: owner-map chunks, then token rows, then padding rows
+PERSISTENT = 1  # TICKETS: a grid of the blocks that fit on the device at once (0: BLOCKS_PER_SM blocks per SM)
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -90,6 +92,7 @@ cuda_source = r"""
 #include <c10/cuda/CUDAStream.h>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -106,6 +109,8 @@ cuda_source = r"""
 #define FLAT_ITEMS KBH_FLAT_ITEMS
 #define FUSED KBH_FUSED
 #define PDL KBH_PDL
+#define TICKETS KBH_TICKETS
+#define PERSISTENT KBH_PERSISTENT
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -356,6 +361,68 @@ __global__ void __launch_bounds__(THREADS) zero_unwritten(
     }
 }
 
+__device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// TICKETS: the whole pack in one launch. Blocks draw chunk numbers from counters[0] (monotonic across calls
+// on a stream: this call's numbers start at ticket_base): first the owner-map chunks (THREADS tokens
+// each; counters[1] counts those done), then the token-row chunks, then the padding chunks, which wait
+// until counters[1] reaches marked_target. Chunks are handed out in that order to blocks already running,
+// so every owner-map chunk is held by a block that never waits: no block can wait on one that has not
+// started. Each block draws its next number while it works on the current one and stops at the first
+// number past the end, so a call draws exactly chunks + gridDim numbers (the host's next ticket_base).
+template <typename V>
+__global__ void __launch_bounds__(THREADS) pack_tickets(
+        const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* owner, volatile int* count_out,
+        unsigned long long* counters, unsigned long long ticket_base, unsigned long long marked_target,
+        int64_t num_tokens, int64_t num_experts, int64_t capacity, int64_t row_vecs, int64_t mark_chunks,
+        int64_t scatter_chunks, int64_t zero_chunks) {
+    __shared__ unsigned long long drawn[2];
+    const int total = __ldg(offsets + num_experts);
+    publish_count(count_out, total);
+    const int64_t limit = min(capacity, (int64_t)total);
+    const int64_t all = num_tokens * row_vecs;
+    constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
+    const unsigned long long chunks = (unsigned long long)(mark_chunks + scatter_chunks + zero_chunks);
+    if (threadIdx.x == 0) drawn[0] = atomicAdd(counters, 1ULL) - ticket_base;
+    __syncthreads();
+    bool marks_done = false;
+    int b = 0;
+    for (unsigned long long c = drawn[0]; c < chunks; c = drawn[b]) {
+        if (threadIdx.x == 0) drawn[b ^ 1] = atomicAdd(counters, 1ULL) - ticket_base;
+        const int64_t k = (int64_t)c;
+        if (k < mark_chunks) {
+            const int64_t t = k * THREADS + threadIdx.x;
+            if (t < num_tokens) {
+                const int64_t d = dest_of(t, expert_idx, slot_idx, offsets, num_experts, limit);
+                if (d >= 0) owner[d] = (int)t;
+            }
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) atomicAdd(counters + 1, 1ULL);
+        } else if (k < mark_chunks + scatter_chunks) {
+            scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, nullptr, (k - mark_chunks) * CHUNK, all,
+                             num_tokens, num_experts, limit, row_vecs);
+        } else {
+            if (!marks_done) {
+                if (threadIdx.x == 0) {
+                    while (load_acquire(counters + 1) < marked_target) __nanosleep(64);
+                }
+                __syncthreads();
+                marks_done = true;
+            }
+            zero_row_block<V>(dst, owner, expert_idx, slot_idx, offsets, (k - mark_chunks - scatter_chunks) * THREADS,
+                              num_tokens, num_experts, limit, row_vecs);
+        }
+        __syncthreads();
+        b ^= 1;
+    }
+}
+
 static int vector_bytes(int64_t row_bytes, uintptr_t a, uintptr_t b) {
     for (int v = MAX_VEC; v > 1; v /= 2) {
         if (row_bytes % v == 0 && a % v == 0 && b % v == 0) return v;
@@ -500,6 +567,69 @@ static void launch_fused(const torch::Tensor& src, torch::Tensor& dst, const tor
         default: FN<unsigned char>(__VA_ARGS__); break;                    \
     }
 
+// TICKETS: what the calls on one stream of one device share, kept between calls: the owner map (grown,
+// never cleared) and the two chunk counters with the host's count of what the calls so far have drawn.
+// Calls on one stream run in launch order, so the counters are only touched by one call at a time.
+struct StreamState {
+    torch::Tensor owner;
+    torch::Tensor counters;
+    unsigned long long tickets = 0;
+    unsigned long long marked = 0;
+};
+
+static std::mutex state_mutex;
+static std::map<std::pair<int, uintptr_t>, StreamState> stream_states;
+
+template <typename V>
+static int resident_blocks() {
+    static const int per_sm = [] {
+        int n = 0;
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pack_tickets<V>, THREADS, 0));
+        return std::max(1, n);
+    }();
+    return per_sm;
+}
+
+// Launch under state_mutex: the ticket base handed to this launch and the counters' order on the stream agree.
+template <typename V>
+static void launch_tickets(const torch::Tensor& src, torch::Tensor& dst, const torch::Tensor& e,
+                           const torch::Tensor& s, const torch::Tensor& off, StreamState& st, int* count_out,
+                           int64_t capacity, cudaStream_t stream, int sms) {
+    const int64_t n = src.size(0);
+    const int64_t row_vecs = src.size(1) * src.element_size() / (int64_t)sizeof(V);
+    const int64_t chunk = (int64_t)THREADS * FLAT_ITEMS;
+    const int64_t mark_chunks = (n + THREADS - 1) / THREADS;
+    const int64_t scatter_chunks = (n * row_vecs + chunk - 1) / chunk;
+    const int64_t zero_chunks = (capacity + THREADS - 1) / THREADS;
+    const int64_t chunks = mark_chunks + scatter_chunks + zero_chunks;
+    const int64_t per_sm = PERSISTENT ? std::min(BLOCKS_PER_SM, resident_blocks<V>()) : BLOCKS_PER_SM;
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(chunks, (int64_t)sms * per_sm));
+    const unsigned long long marked_target = st.marked + (unsigned long long)mark_chunks;
+    pack_tickets<V><<<(unsigned)blocks, THREADS, 0, stream>>>(
+        static_cast<const V*>(src.data_ptr()), static_cast<V*>(dst.data_ptr()), e.data_ptr<int>(), s.data_ptr<int>(),
+        off.data_ptr<int>(), st.owner.data_ptr<int>(), count_out,
+        reinterpret_cast<unsigned long long*>(st.counters.data_ptr<int64_t>()), st.tickets, marked_target, n,
+        off.numel() - 1, capacity, row_vecs, mark_chunks, scatter_chunks, zero_chunks);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    st.tickets += (unsigned long long)(chunks + blocks);
+    st.marked = marked_target;
+}
+
+static torch::Tensor pack_by_tickets(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
+                                     const torch::Tensor& off, int64_t capacity, int* count_out,
+                                     cudaStream_t stream, int sms) {
+    auto buffer = torch::empty({capacity, src.size(1)}, src.options());
+    const int vec = vector_bytes(src.size(1) * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
+                                 reinterpret_cast<uintptr_t>(buffer.data_ptr()));
+    std::lock_guard<std::mutex> lock(state_mutex);
+    StreamState& st = stream_states[{src.device().index(), reinterpret_cast<uintptr_t>(stream)}];
+    if (!st.counters.defined()) st.counters = torch::zeros({2}, src.options().dtype(torch::kInt64));
+    if (!st.owner.defined() || st.owner.numel() < capacity)
+        st.owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
+    DISPATCH_VEC(vec, launch_tickets, src, buffer, e, s, off, st, count_out, capacity, stream, sms);
+    return buffer;
+}
+
 static std::mutex hint_mutex;
 static std::unordered_map<int64_t, int64_t> capacity_hint;
 
@@ -508,6 +638,7 @@ static std::unordered_map<int64_t, int64_t> capacity_hint;
 static torch::Tensor pack_into(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
                                const torch::Tensor& off, int64_t capacity, int* count_out, cudaStream_t stream,
                                int sms) {
+    if (TICKETS && FLAT && !ZERO_FILL_FIRST) return pack_by_tickets(src, e, s, off, capacity, count_out, stream, sms);
     const int64_t hidden = src.size(1);
     auto buffer = ZERO_FILL_FIRST ? torch::zeros({capacity, hidden}, src.options())
                                   : torch::empty({capacity, hidden}, src.options());
@@ -619,7 +750,8 @@ torch::Tensor pack_tokens(torch::Tensor token_hidden, torch::Tensor expert_idx, 
 CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_PER_SM": BLOCKS_PER_SM,
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
              "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
-             "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL}
+             "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL, "TICKETS": TICKETS,
+             "PERSISTENT": PERSISTENT}
 source = cuda_source
 for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))

@@ -146,3 +146,31 @@ def test_runs_on_the_current_stream(kernel, reference):
         snapshot = out.clone()
     side.synchronize()
     assert same_bytes(snapshot, reference(*inputs))
+
+
+def test_calls_queued_on_two_streams_without_a_sync(kernel, reference):
+    """Calls of growing and shrinking sizes queued back to back on two streams, no sync between them: state a
+    kernel keeps between calls (an owner map, chunk counters) must follow each stream's own order."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    cases = [(512, None), (4096, 16), (1024, 8), (8192, None), (256, 16), (6000, 4), (3000, None), (9000, 16)]
+    queued = []
+    for i, (n, pad_to) in enumerate(cases):
+        inputs = routed(n, 96 + 32 * i, 32, "float32", ("random", "one_expert")[i % 2], pad_to, seed=200 + i)
+        stream = side if i % 2 else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000)
+            queued.append((inputs, kernel(*inputs)))
+    torch.cuda.synchronize()
+    for i, (inputs, out) in enumerate(queued):
+        assert same_bytes(out, reference(*inputs)), f"call {i}: {cases[i]}"
+
+
+def test_row_count_over_the_guessed_capacity(kernel, reference):
+    """Few tokens, heavy padding: the row count exceeds the output buffer the kernel first guesses, so it
+    packs again into an exact one; the second call of that size starts from the larger size."""
+    for seed in (1, 2):
+        inputs = routed(100, 64, 8, "float32", "random", pad_to=256, seed=seed)
+        assert int(inputs[3][-1]) > 100 + 16 * 8
+        assert same_bytes(kernel(*inputs), reference(*inputs))
