@@ -25,7 +25,7 @@ from harness import problem  # noqa: E402
 from harness.build_worker import import_on_this_gpu  # noqa: E402
 from harness.config import load_config  # noqa: E402
 from harness.timing import prefer_spin_wait  # noqa: E402
-from harness.worker import _EmptyModel  # noqa: E402
+from harness.worker import _CopyModel, _EmptyModel  # noqa: E402
 
 
 def times(fn, n: int, flush: torch.Tensor, busy: bool) -> tuple[float, float]:
@@ -86,6 +86,7 @@ def main() -> None:
 
 
 def shape_rows(ns: dict, ref, mods: dict, shape, n: int, flush: torch.Tensor) -> None:
+    one = torch.zeros(1, device="cuda")
     inputs = problem.make_inputs(ns, dict(shape.params), 1234, "cuda")
     want = ref(*inputs)
     nbytes = sum(x.numel() * x.element_size() for x in inputs) + want.numel() * want.element_size()
@@ -97,6 +98,10 @@ def shape_rows(ns: dict, ref, mods: dict, shape, n: int, flush: torch.Tensor) ->
     (cb, _), (ci, ch) = times(copy, n, flush, True), times(copy, n, flush, False)
     print(f"| {shape.name} | copy of {nbytes / 1e6:.1f} MB | {cb:.1f} | {ci:.1f} | {ch:.1f} | 1.00 | 1.00 | |",
           flush=True)
+    floor = _CopyModel(nbytes, "cuda")
+    (fb, _), (fi, fh) = times(lambda: floor(one), n, flush, True), times(lambda: floor(one), n, flush, False)
+    print(f"| {shape.name} | the same copy through an nn.Module (the harness's copy floor) | {fb:.1f} | {fi:.1f} | "
+          f"{fh:.1f} | {fb / cb:.2f} | {fi / ci:.2f} | |", flush=True)
     for label, m in mods.items():
         try:
             got = m(*inputs)

@@ -83,8 +83,9 @@ FLAT = 1  # 1: token rows moved as one flat array of vectors, as a copy kernel w
 FLAT_ITEMS = 8  # FLAT: vectors per thread, all loaded before any destination is looked up
 FUSED = 1  # FLAT: owner map by a small kernel first, then one grid for token rows and padding rows alike
 PDL = 1  # FUSED: launch the main grid while the owner map is still being written (programmatic dependent launch)
-TICKETS = 1  # FLAT: one launch; blocks draw chunks from a counter: owner-map chunks, then token rows, then padding rows
+TICKETS = 1  # FLAT: one launch; blocks draw chunks from a counter: owner-map chunks, padding rows, then token rows
 PERSISTENT = 1  # TICKETS: a grid of the blocks that fit on the device at once (0: BLOCKS_PER_SM blocks per SM)
+MIN_BLOCKS = 1  # TICKETS: blocks per SM the compiler must fit (__launch_bounds__): a cap on registers
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -111,6 +112,7 @@ cuda_source = r"""
 #define PDL KBH_PDL
 #define TICKETS KBH_TICKETS
 #define PERSISTENT KBH_PERSISTENT
+#define MIN_BLOCKS KBH_MIN_BLOCKS
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -369,13 +371,15 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 
 // TICKETS: the whole pack in one launch. Blocks draw chunk numbers from counters[0] (monotonic across calls
 // on a stream: this call's numbers start at ticket_base): first the owner-map chunks (THREADS tokens
-// each; counters[1] counts those done), then the token-row chunks, then the padding chunks, which wait
-// until counters[1] reaches marked_target. Chunks are handed out in that order to blocks already running,
-// so every owner-map chunk is held by a block that never waits: no block can wait on one that has not
-// started. Each block draws its next number while it works on the current one and stops at the first
+// each; counters[1] counts those done), then the padding chunks (THREADS output rows each), which wait
+// until counters[1] reaches marked_target, then the token-row chunks. The padding chunks come before the
+// token rows so that their writes overlap the scatter; last, they were the grid's tail (the fifteenth
+// session: +23 us at deepseek, 28 MB of padding rows). Chunks are handed out in that order to blocks
+// already running, so every owner-map chunk is held by a block that never waits: no block can wait on
+// one that has not started. Each block draws its next number while it works on the current one and stops at the first
 // number past the end, so a call draws exactly chunks + gridDim numbers (the host's next ticket_base).
 template <typename V>
-__global__ void __launch_bounds__(THREADS) pack_tickets(
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) pack_tickets(
         const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
         const int* __restrict__ slot_idx, const int* __restrict__ offsets, int* owner, volatile int* count_out,
         unsigned long long* counters, unsigned long long ticket_base, unsigned long long marked_target,
@@ -404,10 +408,7 @@ __global__ void __launch_bounds__(THREADS) pack_tickets(
             __threadfence();
             __syncthreads();
             if (threadIdx.x == 0) atomicAdd(counters + 1, 1ULL);
-        } else if (k < mark_chunks + scatter_chunks) {
-            scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, nullptr, (k - mark_chunks) * CHUNK, all,
-                             num_tokens, num_experts, limit, row_vecs);
-        } else {
+        } else if (k < mark_chunks + zero_chunks) {
             if (!marks_done) {
                 if (threadIdx.x == 0) {
                     while (load_acquire(counters + 1) < marked_target) __nanosleep(64);
@@ -415,8 +416,11 @@ __global__ void __launch_bounds__(THREADS) pack_tickets(
                 __syncthreads();
                 marks_done = true;
             }
-            zero_row_block<V>(dst, owner, expert_idx, slot_idx, offsets, (k - mark_chunks - scatter_chunks) * THREADS,
-                              num_tokens, num_experts, limit, row_vecs);
+            zero_row_block<V>(dst, owner, expert_idx, slot_idx, offsets, (k - mark_chunks) * THREADS, num_tokens,
+                              num_experts, limit, row_vecs);
+        } else {
+            scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, nullptr, (k - mark_chunks - zero_chunks) * CHUNK,
+                             all, num_tokens, num_experts, limit, row_vecs);
         }
         __syncthreads();
         b ^= 1;
@@ -751,7 +755,7 @@ CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_P
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
              "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
              "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL, "TICKETS": TICKETS,
-             "PERSISTENT": PERSISTENT}
+             "PERSISTENT": PERSISTENT, "MIN_BLOCKS": MIN_BLOCKS}
 source = cuda_source
 for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))
