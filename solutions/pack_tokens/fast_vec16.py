@@ -2,12 +2,28 @@
 
 What limits it: packing is pure data movement, so the floor is a device-to-device copy of the same bytes
 (token_hidden read once, the output written once); on the small shapes it is the host: one launch plus
-the row count the output's shape needs on the host.
+the row count the output's shape needs on the host. Of the kernel's device time over a copy (10.2 us at
+wide, 4.7 at mixtral, busy GPU), 6.8 and 2.9 us go to the routed write order: the same kernel on an
+identity routing (every token to one expert, in order) is 3.4 and 1.8 us over the copy (fifteenth session).
 
 Design (each alternative is a constant below; `bench/kernel_time.py` times them against a copy of the
-same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third to fifth
-sessions, H200):
-- Every output byte is written once. FUSED (the default since the fifth session): a small kernel,
+same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third to fifth and
+fifteenth sessions, H200):
+- One launch (TICKETS, the default since the fifteenth session): `pack_tickets` does the whole pack.
+  Blocks draw chunk numbers from a counter on the device: owner-map chunks first, then padding chunks
+  (256 output rows each, zeroed where no token lands, after every owner-map chunk is done), then the
+  token-row chunks. The order in which numbers are handed out means no block waits on a chunk that no
+  running block holds. The grid is the blocks that fit on the device at once. The owner map and the
+  counters are kept per (device, stream) between calls, so a call allocates only its output. Against the
+  two launches below (`two_launches`), calls interleaved in one process, a slow host: idle (what the
+  harness's clock sees) 4.1 us less at wide, 3.0 at mixtral, 0.9 at deepseek, 3.6 at seed; busy within
+  -0.1 to +1.4 us. Through the harness, in the same run: `copy_ratio` 0.03-0.06 lower on every large shape.
+  Tried, not kept: padding chunks last (+23 us at deepseek: 28 MB of padding written by ~48 blocks at the
+  grid's tail); the old grid of 32 blocks per SM instead of the resident ones (PERSISTENT 0, +2.3 us busy
+  at wide); `__launch_bounds__(256, 4)` (MIN_BLOCKS 4: 64 registers with a spill, 6-12 us slower); 4
+  vectors a thread (20 us slower at deepseek).
+- Every output byte is written once. FUSED (the default from the fifth to the fourteenth session, now
+  TICKETS 0): a small kernel,
   `mark_owners`, writes owner[dest] = token for every token; then one grid, `pack_fused`, moves the
   token rows and zeroes the rows no token lands in (capacity padding, empty experts) at the same time:
   its first chunks are blocks of 256 output rows, checked 32 at once per warp, the rest are scatter
@@ -58,7 +74,13 @@ sessions, H200):
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200 (docs/benchmarks.md, fifth session; time over a copy of the same
+Measured with the harness on the H200, fifteenth session, a slow host (empty launch 22-56 us), 5 separate
+evaluations: time over a copy of the same bytes 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.10-1.19x at
+deepseek (target 1.10x: met in some runs, not reliably); 2.73-3.04x eager at wide (target 3x: met in one
+run of five); in those runs the eager reference's median over the copy floor's was 3.17-3.31 at wide,
+so 3x needs about 1.05-1.10x a copy there.
+
+Earlier, with the two launches (docs/benchmarks.md, fifth session; time over a copy of the same
 bytes timed beside each round, median of 5 rounds): wide 1.097x, mixtral 1.095x, deepseek 1.093x
 (target 1.10x: met in that run; in 15 further runs of each shape in the same session, 1.08-1.16x at
 wide and 1.09-1.19x at mixtral, so not met reliably); 2.70x eager at wide (target 3x: missed; a copy
