@@ -110,3 +110,27 @@ def test_a_shape_cannot_set_the_device_the_harness_passes():
     with pytest.raises(UsageError, match="shapes.s.device"):
         validate(src, (Shape("s", {"n": 2, "device": "cuda"}),))
     validate(src, (Shape("s", {"n": 2}),))
+
+
+class _RunningSums(torch.overrides.TorchFunctionMode):
+    """Records the dtype of every cumsum a draw takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.cumsum, torch.Tensor.cumsum):
+            self.dtypes.append(args[0].dtype)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("params", SHAPES[:3], ids=lambda p: f"{p['num_tokens']}x{p['num_experts']}")
+def test_draw_takes_no_floating_point_running_sum(params):
+    """The judge and the candidate's worker draw a seed apart and compare fingerprints; a floating-point
+    cumsum on CUDA adds in an order set by timing, so its last bit (and a token's expert) can differ
+    between the two draws, which rejects an honest kernel. Running sums in the draw are over integers."""
+    seed_everything(3, "cpu")
+    with _RunningSums() as sums:
+        NS["get_inputs"](**params, device="cpu")
+    assert sums.dtypes and all(not d.is_floating_point for d in sums.dtypes), sums.dtypes
