@@ -75,7 +75,7 @@ fifteenth sessions, H200):
   failing check whose message formatted a value crashed the process on the H200).
 
 Measured with the harness on the H200, fifteenth session, a slow host (empty launch 22-56 us), 5 separate
-evaluations: time over a copy of the same bytes 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.10-1.19x at
+evaluations: time over a copy of the same bytes 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.095-1.19x at
 deepseek (target 1.10x: met in some runs, not reliably); 2.73-3.04x eager at wide (target 3x: met in one
 run of five); in those runs the eager reference's median over the copy floor's was 3.17-3.31 at wide,
 so 3x needs about 1.05-1.10x a copy there.
