@@ -93,19 +93,50 @@ def takes_device(fn: Any) -> bool:
         return False
 
 
+class DrawNotRepeatable(RuntimeError):
+    """get_inputs called an op that has no deterministic implementation on this device."""
+
+
+@contextlib.contextmanager
+def deterministic_draw():
+    """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
+    candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
+    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a floating-point cumsum
+    on CUDA did, about one call in 1,000 on the H200 (docs/benchmarks.md, fifteenth session). Under this
+    mode such an op fails the first draw with one clear line instead, and ops that have a deterministic
+    implementation use it. Uninitialized memory stays filled (torch's default in this mode), so a draw
+    that reads it still repeats."""
+    import torch
+
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    except RuntimeError as e:
+        if "deterministic" not in str(e):
+            raise
+        what = str(e).strip().splitlines()[0].split(", but you set")[0]
+        raise DrawNotRepeatable(f"get_inputs is not repeatable: {what} (a draw must repeat bit for bit "
+                                "on the device: README, Problems)") from None
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
 def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str) -> list:
-    """Seed every RNG, draw one input set on the device, move stragglers. A get_inputs that takes `device`
-    gets it; any other runs under `torch.device(device)`, so its factories default to the device (that mode
-    puts a Python hop in front of every torch call of the draw: about 3 us each on the CPU machine)."""
+    """Seed every RNG, draw one input set on the device under torch's deterministic mode
+    (`deterministic_draw`), move stragglers. A get_inputs that takes `device` gets it; any other runs under
+    `torch.device(device)`, so its factories default to the device (that mode puts a Python hop in front of
+    every torch call of the draw: about 3 us each on the CPU machine)."""
     import torch
 
     seed_everything(seed, device)
     get_inputs = ns["get_inputs"]
-    if takes_device(get_inputs):
-        inputs = get_inputs(**params, device=device)
-    else:
-        with torch.device(device):
-            inputs = get_inputs(**params)
+    with deterministic_draw():
+        if takes_device(get_inputs):
+            inputs = get_inputs(**params, device=device)
+        else:
+            with torch.device(device):
+                inputs = get_inputs(**params)
     return [to_device(x, device) for x in inputs]
 
 

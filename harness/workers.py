@@ -82,6 +82,8 @@ class WorkerHandle:
         full_env.update(env)
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
         full_env["PYTHONUNBUFFERED"] = "1"
+        # draws run in torch's deterministic mode (problem.deterministic_draw), where cuBLAS needs a fixed workspace
+        full_env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         self.identity = identity
         if identity is not None:
             full_env.update(identity.env())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import CANDIDATES, CONFIGS
+from conftest import CANDIDATES, CONFIGS, REPO
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +58,23 @@ def test_strict_exit_code(run_eval):
                    str(CANDIDATES / "broken" / "raises.py"))
     assert res.rc == 1
     assert res.records[0]["status"] == "runtime_error"
+
+
+def test_a_draw_that_cannot_repeat_is_the_shapes_reference_error_not_the_candidates(run_eval, tmp_path):
+    """A get_inputs that calls an op with no deterministic implementation (torch's own alert, as a
+    floating-point cumsum raises on CUDA) fails every record of the shape with one line naming the op; no
+    candidate is rejected for inputs it did not change."""
+    problem = (REPO / "problems" / "pack_tokens.py").read_text() + (
+        "\n\n_draw = get_inputs\n\n\ndef get_inputs(*args, **kwargs):\n"
+        "    from torch._prims_common import alert_not_deterministic\n\n"
+        "    alert_not_deterministic('my_running_sum')\n    return _draw(*args, **kwargs)\n")
+    (tmp_path / "problem.py").write_text(problem)
+    config = (CONFIGS / "cpu_failures.yaml").read_text().replace("../../problems/pack_tokens.py", "problem.py")
+    (tmp_path / "config.yaml").write_text(config)
+    res = run_eval(tmp_path / "config.yaml", "--device", "cpu", "--solution",
+                   str(CANDIDATES / "honest" / "python_cpu.py"))
+    assert res.rc == 0, res.stderr
+    (r,) = res.records
+    assert r["status"] == "runtime_error" and "reference_error" in r["flags"]
+    assert "not repeatable" in r["message"] and "my_running_sum" in r["message"], r["message"]
+    assert "\n" not in r["message"], r["message"]

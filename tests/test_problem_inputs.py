@@ -9,6 +9,7 @@ from conftest import REPO
 from harness.config import Shape
 from harness.errors import UsageError
 from harness.problem import (
+    DrawNotRepeatable,
     ProblemSource,
     load_namespace,
     make_inputs,
@@ -134,3 +135,41 @@ def test_draw_takes_no_floating_point_running_sum(params):
     with _RunningSums() as sums:
         NS["get_inputs"](**params, device="cpu")
     assert sums.dtypes and all(not d.is_floating_point for d in sums.dtypes), sums.dtypes
+
+
+def test_draws_run_in_deterministic_mode_and_the_callers_mode_comes_back():
+    """Ops with a deterministic implementation use it in a draw, and ops without one fail the first draw;
+    the reference's and candidate's calls run in whatever mode the worker had before."""
+    seen = []
+
+    def get_inputs(device=None):
+        seen.append((torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled()))
+        return [torch.zeros(1, device=device)]
+
+    try:
+        for mode, warn_only in ((False, False), (True, True)):
+            torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+            make_inputs({"get_inputs": get_inputs}, {}, 1, "cpu")
+            assert seen[-1] == (True, False)
+            assert torch.are_deterministic_algorithms_enabled() is mode
+            assert torch.is_deterministic_algorithms_warn_only_enabled() is warn_only
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_an_op_without_a_deterministic_implementation_fails_the_draw_with_one_line():
+    def nondeterministic(device=None):
+        raise RuntimeError("cumsum_cuda_kernel does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'.\nYou can turn off determinism ...")
+
+    def broken(device=None):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(DrawNotRepeatable) as info:
+        make_inputs({"get_inputs": nondeterministic}, {}, 1, "cpu")
+    assert "cumsum_cuda_kernel" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(RuntimeError, match="shape mismatch") as info:
+        make_inputs({"get_inputs": broken}, {}, 1, "cpu")
+    assert not isinstance(info.value, DrawNotRepeatable)
+    assert not torch.are_deterministic_algorithms_enabled()

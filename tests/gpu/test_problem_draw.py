@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_problem_inputs import NS, SHAPES, assert_contract
 
-from harness.problem import make_inputs
+from harness.problem import DrawNotRepeatable, make_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -33,3 +33,14 @@ def test_gpu_draws_of_one_seed_are_identical():
         for _ in range(100):
             again = make_inputs(NS, params, seed, "cuda")
             assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_a_draw_with_a_floating_point_cumsum_on_the_gpu_fails_with_one_line():
+    """The fifteenth session's draw: torch has no deterministic float cumsum on CUDA, so the harness's
+    deterministic mode refuses it on the first draw instead of letting it reject a candidate now and then."""
+    def get_inputs(n=64, device=None):
+        return [torch.cumsum(torch.rand(n, device=device), 0)]
+
+    with pytest.raises(DrawNotRepeatable, match="cumsum"):
+        make_inputs({"get_inputs": get_inputs}, {}, 1, "cuda")
+    assert not torch.are_deterministic_algorithms_enabled()
