@@ -24,6 +24,8 @@ ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZER
              # the fifteenth session's one launch: chunks drawn from a counter, on a grid of resident blocks or not
              "two_launches": {"TICKETS": 0}, "tickets_grid_32": {"PERSISTENT": 0},
              "min_blocks_4": {"MIN_BLOCKS": 4},
+             # the sixteenth session: output rows pulled in order from their token instead of token rows pushed
+             "gather": {"GATHER": 1},
              # the fifth session's fused grid (owner map first, padding rows zeroed beside the scatter)
              "unfused": {"TICKETS": 0, "FUSED": 0}, "no_pdl": {"TICKETS": 0, "PDL": 0},
              "blocks_3": {"TICKETS": 0, "BLOCKS_PER_SM": 3}, "blocks_8": {"TICKETS": 0, "BLOCKS_PER_SM": 8},

@@ -108,6 +108,7 @@ PDL = 1  # FUSED: launch the main grid while the owner map is still being writte
 TICKETS = 1  # FLAT: one launch; blocks draw chunks from a counter: owner-map chunks, padding rows, then token rows
 PERSISTENT = 1  # TICKETS: a grid of the blocks that fit on the device at once (0: BLOCKS_PER_SM blocks per SM)
 MIN_BLOCKS = 1  # TICKETS: blocks per SM the compiler must fit (__launch_bounds__): a cap on registers
+GATHER = 0  # TICKETS: output rows pulled in order from their token (owner map first), not token rows pushed
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -135,6 +136,7 @@ cuda_source = r"""
 #define TICKETS KBH_TICKETS
 #define PERSISTENT KBH_PERSISTENT
 #define MIN_BLOCKS KBH_MIN_BLOCKS
+#define GATHER KBH_GATHER
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -449,6 +451,88 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) pack_tickets(
     }
 }
 
+// GATHER: the output as one flat array of vectors, written in order as a copy kernel writes; each vector
+// is read from the token row the owner map names for its output row, or is zero. Owner-map entries are
+// (generation << 32) | token: an entry of another generation (an earlier call's) is a row no token of this
+// call lands in, so the map is never cleared and no index is loaded to trust an entry.
+template <typename V>
+__device__ __forceinline__ void gather_chunk(const V* __restrict__ src, V* __restrict__ dst,
+                                             const unsigned long long* owner, unsigned generation, int64_t c0,
+                                             int64_t all, int64_t num_tokens, int64_t row_vecs) {
+    const int64_t row0 = c0 / row_vecs;
+    const unsigned rv = (unsigned)row_vecs;
+    const unsigned base = (unsigned)(c0 - row0 * row_vecs) + threadIdx.x;
+    int64_t from[FLAT_ITEMS];
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        from[u] = -1;
+        if (c0 + u * THREADS + threadIdx.x < all) {
+            const unsigned k = base + u * THREADS;
+            const unsigned q = k / rv;
+            const unsigned long long o = __ldcg(owner + row0 + q);
+            const int64_t t = (int64_t)(unsigned)o;
+            if ((unsigned)(o >> 32) == generation && t < num_tokens) from[u] = t * row_vecs + (k - q * rv);
+        }
+    }
+    V v[FLAT_ITEMS];
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        if (from[u] >= 0) v[u] = __ldg(src + from[u]);
+        else memset(&v[u], 0, sizeof(V));
+    }
+#pragma unroll
+    for (int u = 0; u < FLAT_ITEMS; ++u) {
+        if (c0 + u * THREADS + threadIdx.x < all) store(dst + c0 + u * THREADS + threadIdx.x, v[u]);
+    }
+}
+
+// GATHER: the whole pack in one launch, tickets drawn as in pack_tickets: the owner-map chunks first (THREADS
+// tokens each), then the output's chunks in order, which wait until every owner-map chunk is done.
+template <typename V>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) pack_gather(
+        const V* __restrict__ src, V* __restrict__ dst, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, unsigned long long* owner,
+        volatile int* count_out, unsigned long long* counters, unsigned long long ticket_base,
+        unsigned long long marked_target, unsigned generation, int64_t num_tokens, int64_t num_experts,
+        int64_t capacity, int64_t row_vecs, int64_t mark_chunks, int64_t out_chunks) {
+    __shared__ unsigned long long drawn[2];
+    const int total = __ldg(offsets + num_experts);
+    publish_count(count_out, total);
+    const int64_t limit = min(capacity, (int64_t)total);
+    const int64_t all = max((int64_t)0, limit) * row_vecs;
+    constexpr int64_t CHUNK = (int64_t)THREADS * FLAT_ITEMS;
+    const unsigned long long chunks = (unsigned long long)(mark_chunks + out_chunks);
+    if (threadIdx.x == 0) drawn[0] = atomicAdd(counters, 1ULL) - ticket_base;
+    __syncthreads();
+    bool marks_done = false;
+    int b = 0;
+    for (unsigned long long c = drawn[0]; c < chunks; c = drawn[b]) {
+        if (threadIdx.x == 0) drawn[b ^ 1] = atomicAdd(counters, 1ULL) - ticket_base;
+        const int64_t k = (int64_t)c;
+        if (k < mark_chunks) {
+            const int64_t t = k * THREADS + threadIdx.x;
+            if (t < num_tokens) {
+                const int64_t d = dest_of(t, expert_idx, slot_idx, offsets, num_experts, limit);
+                if (d >= 0) owner[d] = ((unsigned long long)generation << 32) | (unsigned long long)t;
+            }
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) atomicAdd(counters + 1, 1ULL);
+        } else {
+            if (!marks_done) {
+                if (threadIdx.x == 0) {
+                    while (load_acquire(counters + 1) < marked_target) __nanosleep(64);
+                }
+                __syncthreads();
+                marks_done = true;
+            }
+            gather_chunk<V>(src, dst, owner, generation, (k - mark_chunks) * CHUNK, all, num_tokens, row_vecs);
+        }
+        __syncthreads();
+        b ^= 1;
+    }
+}
+
 static int vector_bytes(int64_t row_bytes, uintptr_t a, uintptr_t b) {
     for (int v = MAX_VEC; v > 1; v /= 2) {
         if (row_bytes % v == 0 && a % v == 0 && b % v == 0) return v;
@@ -594,13 +678,15 @@ static void launch_fused(const torch::Tensor& src, torch::Tensor& dst, const tor
     }
 
 // TICKETS: what the calls on one stream of one device share, kept between calls: the owner map (grown,
-// never cleared) and the two chunk counters with the host's count of what the calls so far have drawn.
-// Calls on one stream run in launch order, so the counters are only touched by one call at a time.
+// never cleared; with GATHER, int64 entries tagged with the call's generation) and the two chunk counters
+// with the host's count of what the calls so far have drawn. Calls on one stream run in launch order, so
+// the counters are only touched by one call at a time.
 struct StreamState {
     torch::Tensor owner;
     torch::Tensor counters;
     unsigned long long tickets = 0;
     unsigned long long marked = 0;
+    unsigned generation = 0;
 };
 
 static std::mutex state_mutex;
@@ -610,7 +696,11 @@ template <typename V>
 static int resident_blocks() {
     static const int per_sm = [] {
         int n = 0;
+#if GATHER
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pack_gather<V>, THREADS, 0));
+#else
         C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pack_tickets<V>, THREADS, 0));
+#endif
         return std::max(1, n);
     }();
     return per_sm;
@@ -625,35 +715,45 @@ static void launch_tickets(const torch::Tensor& src, torch::Tensor& dst, const t
     const int64_t row_vecs = src.size(1) * src.element_size() / (int64_t)sizeof(V);
     const int64_t chunk = (int64_t)THREADS * FLAT_ITEMS;
     const int64_t mark_chunks = (n + THREADS - 1) / THREADS;
-    const int64_t scatter_chunks = (n * row_vecs + chunk - 1) / chunk;
-    const int64_t zero_chunks = (capacity + THREADS - 1) / THREADS;
-    const int64_t chunks = mark_chunks + scatter_chunks + zero_chunks;
+    const int64_t data_chunks = ((GATHER ? capacity : n) * row_vecs + chunk - 1) / chunk;
+    const int64_t zero_chunks = GATHER ? 0 : (capacity + THREADS - 1) / THREADS;
+    const int64_t chunks = mark_chunks + data_chunks + zero_chunks;
     const int64_t per_sm = PERSISTENT ? std::min(BLOCKS_PER_SM, resident_blocks<V>()) : BLOCKS_PER_SM;
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(chunks, (int64_t)sms * per_sm));
     const unsigned long long marked_target = st.marked + (unsigned long long)mark_chunks;
+    auto* counters = reinterpret_cast<unsigned long long*>(st.counters.data_ptr<int64_t>());
+#if GATHER
+    pack_gather<V><<<(unsigned)blocks, THREADS, 0, stream>>>(
+        static_cast<const V*>(src.data_ptr()), static_cast<V*>(dst.data_ptr()), e.data_ptr<int>(), s.data_ptr<int>(),
+        off.data_ptr<int>(), reinterpret_cast<unsigned long long*>(st.owner.data_ptr<int64_t>()), count_out, counters,
+        st.tickets, marked_target, st.generation, n, off.numel() - 1, capacity, row_vecs, mark_chunks, data_chunks);
+#else
     pack_tickets<V><<<(unsigned)blocks, THREADS, 0, stream>>>(
         static_cast<const V*>(src.data_ptr()), static_cast<V*>(dst.data_ptr()), e.data_ptr<int>(), s.data_ptr<int>(),
-        off.data_ptr<int>(), st.owner.data_ptr<int>(), count_out,
-        reinterpret_cast<unsigned long long*>(st.counters.data_ptr<int64_t>()), st.tickets, marked_target, n,
-        off.numel() - 1, capacity, row_vecs, mark_chunks, scatter_chunks, zero_chunks);
+        off.data_ptr<int>(), st.owner.data_ptr<int>(), count_out, counters, st.tickets, marked_target, n,
+        off.numel() - 1, capacity, row_vecs, mark_chunks, data_chunks, zero_chunks);
+#endif
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     st.tickets += (unsigned long long)(chunks + blocks);
     st.marked = marked_target;
 }
 
-static torch::Tensor pack_by_tickets(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
-                                     const torch::Tensor& off, int64_t capacity, int* count_out,
-                                     cudaStream_t stream, int sms) {
-    auto buffer = torch::empty({capacity, src.size(1)}, src.options());
-    const int vec = vector_bytes(src.size(1) * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
-                                 reinterpret_cast<uintptr_t>(buffer.data_ptr()));
-    std::lock_guard<std::mutex> lock(state_mutex);
+// This stream's state, its owner map grown to `capacity` rows, and (GATHER) this call's generation: a new
+// map starts at zero (generation 0 is never a call's), and the map is cleared when the generation wraps.
+// Called under state_mutex.
+static StreamState& stream_state(const torch::Tensor& src, cudaStream_t stream, int64_t capacity) {
     StreamState& st = stream_states[{src.device().index(), reinterpret_cast<uintptr_t>(stream)}];
     if (!st.counters.defined()) st.counters = torch::zeros({2}, src.options().dtype(torch::kInt64));
-    if (!st.owner.defined() || st.owner.numel() < capacity)
-        st.owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
-    DISPATCH_VEC(vec, launch_tickets, src, buffer, e, s, off, st, count_out, capacity, stream, sms);
-    return buffer;
+    if (!st.owner.defined() || st.owner.numel() < capacity) {
+        const int64_t rows = std::max<int64_t>(capacity, 1);
+        st.owner = GATHER ? torch::zeros({rows}, src.options().dtype(torch::kInt64))
+                          : torch::empty({rows}, src.options().dtype(torch::kInt32));
+    }
+    if (GATHER && ++st.generation == 0) {
+        st.owner.zero_();
+        st.generation = 1;
+    }
+    return st;
 }
 
 static std::mutex hint_mutex;
@@ -664,13 +764,18 @@ static std::unordered_map<int64_t, int64_t> capacity_hint;
 static torch::Tensor pack_into(const torch::Tensor& src, const torch::Tensor& e, const torch::Tensor& s,
                                const torch::Tensor& off, int64_t capacity, int* count_out, cudaStream_t stream,
                                int sms) {
-    if (TICKETS && FLAT && !ZERO_FILL_FIRST) return pack_by_tickets(src, e, s, off, capacity, count_out, stream, sms);
     const int64_t hidden = src.size(1);
     auto buffer = ZERO_FILL_FIRST ? torch::zeros({capacity, hidden}, src.options())
                                   : torch::empty({capacity, hidden}, src.options());
-    auto owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
     const int vec = vector_bytes(hidden * src.element_size(), reinterpret_cast<uintptr_t>(src.data_ptr()),
                                  reinterpret_cast<uintptr_t>(buffer.data_ptr()));
+    if (TICKETS && FLAT && !ZERO_FILL_FIRST) {
+        std::lock_guard<std::mutex> lock(state_mutex);
+        StreamState& st = stream_state(src, stream, capacity);
+        DISPATCH_VEC(vec, launch_tickets, src, buffer, e, s, off, st, count_out, capacity, stream, sms);
+        return buffer;
+    }
+    auto owner = torch::empty({std::max<int64_t>(capacity, 1)}, src.options().dtype(torch::kInt32));
     if (FUSED && FLAT && !ZERO_FILL_FIRST) {
         const int64_t n = src.size(0);
         const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + THREADS - 1) / THREADS, (int64_t)sms * 8));
@@ -777,7 +882,7 @@ CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_P
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
              "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
              "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL, "TICKETS": TICKETS,
-             "PERSISTENT": PERSISTENT, "MIN_BLOCKS": MIN_BLOCKS}
+             "PERSISTENT": PERSISTENT, "MIN_BLOCKS": MIN_BLOCKS, "GATHER": GATHER}
 source = cuda_source
 for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))
