@@ -98,18 +98,21 @@ class DrawNotRepeatable(RuntimeError):
 
 
 @contextlib.contextmanager
-def deterministic_draw():
+def deterministic_draw(fill_uninitialized: bool = True):
     """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
     candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
     repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a floating-point cumsum
     on CUDA did, about one call in 1,000 on the H200 (docs/benchmarks.md, fifteenth session). Under this
     mode such an op fails the first draw with one clear line instead, and ops that have a deterministic
-    implementation use it. Uninitialized memory stays filled (torch's default in this mode), so a draw
-    that reads it still repeats."""
+    implementation use it. With fill_uninitialized (torch's default in this mode) new tensors are filled
+    before use, so a draw that reads memory it never wrote still repeats; bench/draw_cost.py times both."""
     import torch
+    import torch.utils.deterministic as det
 
     was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fills = det.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True)
+    det.fill_uninitialized_memory = fill_uninitialized
     try:
         yield
     except RuntimeError as e:
@@ -120,9 +123,11 @@ def deterministic_draw():
                                 "on the device: README, Problems)") from None
     finally:
         torch.use_deterministic_algorithms(was, warn_only=warn_only)
+        det.fill_uninitialized_memory = fills
 
 
-def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str) -> list:
+def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str, *,
+                fill_uninitialized: bool = True) -> list:
     """Seed every RNG, draw one input set on the device under torch's deterministic mode
     (`deterministic_draw`), move stragglers. A get_inputs that takes `device` gets it; any other runs under
     `torch.device(device)`, so its factories default to the device (that mode puts a Python hop in front of
@@ -131,7 +136,7 @@ def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: s
 
     seed_everything(seed, device)
     get_inputs = ns["get_inputs"]
-    with deterministic_draw():
+    with deterministic_draw(fill_uninitialized):
         if takes_device(get_inputs):
             inputs = get_inputs(**params, device=device)
         else:

@@ -173,3 +173,15 @@ def test_an_op_without_a_deterministic_implementation_fails_the_draw_with_one_li
         make_inputs({"get_inputs": broken}, {}, 1, "cpu")
     assert not isinstance(info.value, DrawNotRepeatable)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_the_draw_fills_new_tensors_unless_told_not_to():
+    """A draw that returns memory it never wrote repeats only if torch fills new tensors first."""
+    def unwritten(device=None):
+        return [torch.empty(4, device=device)]
+
+    (filled,) = make_inputs({"get_inputs": unwritten}, {}, 1, "cpu")
+    assert bool(filled.isnan().all())
+    fills = torch.utils.deterministic.fill_uninitialized_memory
+    make_inputs({"get_inputs": unwritten}, {}, 1, "cpu", fill_uninitialized=False)
+    assert torch.utils.deterministic.fill_uninitialized_memory is fills

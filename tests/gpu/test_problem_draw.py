@@ -35,12 +35,20 @@ def test_gpu_draws_of_one_seed_are_identical():
             assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
-def test_a_draw_with_a_floating_point_cumsum_on_the_gpu_fails_with_one_line():
-    """The fifteenth session's draw: torch has no deterministic float cumsum on CUDA, so the harness's
-    deterministic mode refuses it on the first draw instead of letting it reject a candidate now and then."""
-    def get_inputs(n=64, device=None):
+def test_a_draw_with_a_floating_point_cumsum_on_the_gpu_is_refused_or_repeats():
+    """The fifteenth session's kind of draw, under the harness's deterministic mode: torch either refuses a
+    floating-point cumsum on CUDA (one line, on the first draw) or runs a deterministic one. torch 2.11 on
+    the H200 ran it over 64 elements without a word (sixteenth session); 2^20 elements take many blocks,
+    whose partial sums meet in an order set by timing unless torch orders them."""
+    def get_inputs(n=1 << 20, device=None):
         return [torch.cumsum(torch.rand(n, device=device), 0)]
 
-    with pytest.raises(DrawNotRepeatable, match="cumsum"):
-        make_inputs({"get_inputs": get_inputs}, {}, 1, "cuda")
+    try:
+        (first,) = make_inputs({"get_inputs": get_inputs}, {}, 1, "cuda")
+    except DrawNotRepeatable as e:
+        assert "cumsum" in str(e) and "\n" not in str(e)
+    else:
+        for _ in range(20):
+            (again,) = make_inputs({"get_inputs": get_inputs}, {}, 1, "cuda")
+            assert torch.equal(first, again)
     assert not torch.are_deterministic_algorithms_enabled()
