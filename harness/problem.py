@@ -98,14 +98,16 @@ class DrawNotRepeatable(RuntimeError):
 
 
 @contextlib.contextmanager
-def deterministic_draw(fill_uninitialized: bool = True):
+def deterministic_draw(fill_uninitialized: bool = False):
     """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
     candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
     repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a floating-point cumsum
     on CUDA did, about one call in 1,000 on the H200 (docs/benchmarks.md, fifteenth session). Under this
     mode such an op fails the first draw with one clear line instead, and ops that have a deterministic
-    implementation use it. With fill_uninitialized (torch's default in this mode) new tensors are filled
-    before use, so a draw that reads memory it never wrote still repeats; bench/draw_cost.py times both."""
+    implementation use it. torch's fill of new tensors in this mode is off unless fill_uninitialized: on
+    the H200 it took a third of a draw's kernels (54 against 34 at seed) and 0.12-0.15 ms of its 0.4-0.8
+    (bench/draw_cost.py, sixteenth session). The reference's worker draws its check seeds both ways and
+    compares, which finds a draw that returns memory it never wrote."""
     import torch
     import torch.utils.deterministic as det
 
@@ -127,7 +129,7 @@ def deterministic_draw(fill_uninitialized: bool = True):
 
 
 def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str, *,
-                fill_uninitialized: bool = True) -> list:
+                fill_uninitialized: bool = False) -> list:
     """Seed every RNG, draw one input set on the device under torch's deterministic mode
     (`deterministic_draw`), move stragglers. A get_inputs that takes `device` gets it; any other runs under
     `torch.device(device)`, so its factories default to the device (that mode puts a Python hop in front of

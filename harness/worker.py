@@ -533,6 +533,18 @@ class Worker:
         except Exception as e:
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
+    def check_repeatable(self, seed: int, fps: list[int]) -> None:
+        """The judge and the candidate's worker draw each seed apart, so a draw must repeat bit for bit. The
+        reference draws each check seed again with torch's fill of new tensors on: a draw that returns memory
+        it never wrote, or runs an op that differs run to run, gives other bytes, and fails here with one line
+        before any candidate is judged on it."""
+        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device, fill_uninitialized=True))
+        if again != fps:
+            i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
+            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes in "
+                               f"input tensor {i} (it returns memory it never wrote, or an op differs run to run; "
+                               "README, Problems)")
+
     def tensor_fps(self, xs: list) -> list[int]:
         return self.fp.exact_many([x for x in xs if isinstance(x, torch.Tensor)]).tolist()
 
@@ -544,6 +556,7 @@ class Worker:
         inputs = self.inputs(seed)
         if self.role == "reference":
             in_fps = self.tensor_fps(inputs)
+            self.check_repeatable(seed, in_fps)
             outs = plain_outputs(self.model(*inputs))
             self.sync()
             frames.extend(as_bytes(o) for o in outs)
