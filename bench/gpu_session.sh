@@ -70,6 +70,8 @@ for step in "$@"; do
       timeout "$t" $PY bench/build_split.py ${BUILDSPLIT_ARGS:-} > "$OUT/build_split.log" 2>&1 ;;
     drawcost)
       timeout "$t" $PY bench/draw_cost.py ${DRAWCOST_ARGS:-} > "$OUT/draw_cost.log" 2>&1 ;;
+    drawrepeat)
+      timeout "$t" $PY bench/draw_repeat.py ${DRAWREPEAT_ARGS:-} > "$OUT/draw_repeat.log" 2>&1 ;;
     feedcost)
       timeout "$t" $PY bench/feed_cost.py ${FEEDCOST_ARGS:-} > "$OUT/feed_cost.log" 2>&1 ;;
     overhead)
