@@ -22,6 +22,13 @@ fifteenth sessions, H200):
   grid's tail); the old grid of 32 blocks per SM instead of the resident ones (PERSISTENT 0, +2.3 us busy
   at wide); `__launch_bounds__(256, 4)` (MIN_BLOCKS 4: 64 registers with a spill, 6-12 us slower); 4
   vectors a thread (20 us slower at deepseek).
+- Tried in the sixteenth session, not kept: the output pulled in order (GATHER 1, `pack_gather`).
+  - The owner map is built first. The output is then written as a copy writes it, each vector read from
+    the token its row's owner entry names, or zero.
+  - Entries carry the call's generation, so no index load is needed to trust one. The kernel uses 52
+    registers, so 4 blocks fit on an SM.
+  - Busy GPU, one process: +5.0 us at wide, +7.0 at mixtral, +2.4 at deepseek against this kernel.
+  - Routed reads cost more than routed writes: a block cannot issue a read before the map names its row.
 - Every output byte is written once. FUSED (the default from the fifth to the fourteenth session, now
   TICKETS 0): a small kernel,
   `mark_owners`, writes owner[dest] = token for every token; then one grid, `pack_fused`, moves the
@@ -74,11 +81,13 @@ fifteenth sessions, H200):
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200, fifteenth session, a slow host (empty launch 22-56 us), 5 separate
-evaluations: time over a copy of the same bytes 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.095-1.19x at
-deepseek (target 1.10x: met in some runs, not reliably); 2.73-3.04x eager at wide (target 3x: met in one
-run of five); in those runs the eager reference's median over the copy floor's was 3.17-3.31 at wide,
-so 3x needs about 1.05-1.10x a copy there.
+Measured with the harness on the H200, sixteenth session (docs/benchmarks.md), 6 separate evaluations
+(5 stability runs and the roofline run): time over a copy of the same bytes 1.08-1.09x at wide, 1.07-1.10x
+at mixtral, 1.09-1.13x at deepseek (target 1.10x: met at wide and mixtral in every run, at deepseek in 1 of
+6); 2.72-2.75x eager at wide (target 3x: missed). Fifteenth session, a slower host (empty launch 22-56 us),
+5 evaluations: 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.095-1.19x at deepseek; 2.73-3.04x eager at wide;
+in those runs the eager reference's median over the copy floor's was 3.17-3.31 at wide, so 3x needs about
+1.05-1.10x a copy there.
 
 Earlier, with the two launches (docs/benchmarks.md, fifth session; time over a copy of the same
 bytes timed beside each round, median of 5 rounds): wide 1.097x, mixtral 1.095x, deepseek 1.093x
