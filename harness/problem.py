@@ -101,10 +101,11 @@ class DrawNotRepeatable(RuntimeError):
 def deterministic_draw(fill_uninitialized: bool = False):
     """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
     candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
-    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a floating-point cumsum
-    on CUDA did, about one call in 1,000 on the H200 (docs/benchmarks.md, fifteenth session). Under this
-    mode such an op fails the first draw with one clear line instead, and ops that have a deterministic
-    implementation use it. torch's fill of new tensors in this mode is off unless fill_uninitialized: on
+    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): the fifteenth session's
+    draw, with float cumsums on CUDA, differed in 1 of 2,000 repeats on the H200 outside this mode and in
+    none inside it (bench/draw_repeat.py, docs/benchmarks.md, sixteenth session). In this mode torch runs
+    an op's deterministic implementation where it has one and refuses the op otherwise, which fails the
+    first draw with one line. torch's fill of new tensors in this mode is off unless fill_uninitialized: on
     the H200 it took a third of a draw's kernels (54 against 34 at seed) and 0.12-0.15 ms of its 0.4-0.8
     (bench/draw_cost.py, sixteenth session). The reference's worker draws its check seeds both ways and
     compares, which finds a draw that returns memory it never wrote."""
