@@ -26,6 +26,8 @@ ABLATIONS = {"sync_read_first": {"SYNC_READ_FIRST": 1}, "zero_fill_first": {"ZER
              "min_blocks_4": {"MIN_BLOCKS": 4},
              # the sixteenth session: output rows pulled in order from their token instead of token rows pushed
              "gather": {"GATHER": 1},
+             # padding rows zeroed by the whole block, in chunks of 256 or 64 output rows
+             "zero_spread": {"ZERO_SPREAD": 1}, "zero_spread_64": {"ZERO_SPREAD": 1, "ZERO_ROWS": 64},
              # the fifth session's fused grid (owner map first, padding rows zeroed beside the scatter)
              "unfused": {"TICKETS": 0, "FUSED": 0}, "no_pdl": {"TICKETS": 0, "PDL": 0},
              "blocks_3": {"TICKETS": 0, "BLOCKS_PER_SM": 3}, "blocks_8": {"TICKETS": 0, "BLOCKS_PER_SM": 8},

@@ -118,6 +118,8 @@ TICKETS = 1  # FLAT: one launch; blocks draw chunks from a counter: owner-map ch
 PERSISTENT = 1  # TICKETS: a grid of the blocks that fit on the device at once (0: BLOCKS_PER_SM blocks per SM)
 MIN_BLOCKS = 1  # TICKETS: blocks per SM the compiler must fit (__launch_bounds__): a cap on registers
 GATHER = 0  # TICKETS: output rows pulled in order from their token (owner map first), not token rows pushed
+ZERO_SPREAD = 0  # TICKETS: a padding chunk's unwritten rows zeroed by the whole block together, not a warp a row
+ZERO_ROWS = 256  # TICKETS, ZERO_SPREAD: output rows a padding chunk checks (a multiple of 32, at most THREADS)
 
 cuda_source = r"""
 #include <c10/cuda/CUDAException.h>
@@ -146,6 +148,8 @@ cuda_source = r"""
 #define PERSISTENT KBH_PERSISTENT
 #define MIN_BLOCKS KBH_MIN_BLOCKS
 #define GATHER KBH_GATHER
+#define ZERO_SPREAD KBH_ZERO_SPREAD
+#define ZERO_ROWS KBH_ZERO_ROWS
 
 constexpr int NO_COUNT = std::numeric_limits<int>::min();
 
@@ -396,6 +400,34 @@ __global__ void __launch_bounds__(THREADS) zero_unwritten(
     }
 }
 
+// ZERO_SPREAD: ZERO_ROWS output rows; their threads check them at once, then the whole block zeroes the
+// unwritten ones together, vector by vector in row order, instead of one warp a row.
+template <typename V>
+__device__ __forceinline__ void zero_rows_spread(
+        V* __restrict__ dst, const int* owner, const int* __restrict__ expert_idx,
+        const int* __restrict__ slot_idx, const int* __restrict__ offsets, int64_t r0, int64_t num_tokens,
+        int64_t num_experts, int64_t limit, int64_t row_vecs) {
+    __shared__ int rows[ZERO_ROWS];
+    __shared__ int count;
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    if (threadIdx.x < ZERO_ROWS) {
+        const int64_t r = r0 + threadIdx.x;
+        if (r < limit && !owner_wrote(__ldcg(owner + r), r, expert_idx, slot_idx, offsets, num_tokens, num_experts,
+                                      limit))
+            rows[atomicAdd(&count, 1)] = threadIdx.x;
+    }
+    __syncthreads();
+    const unsigned rv = (unsigned)row_vecs;
+    const unsigned n = (unsigned)count * rv;
+    V zero;
+    memset(&zero, 0, sizeof(V));
+    for (unsigned i = threadIdx.x; i < n; i += THREADS) {
+        const unsigned q = i / rv;
+        store(dst + (r0 + rows[q]) * row_vecs + (i - q * rv), zero);
+    }
+}
+
 __device__ __forceinline__ unsigned long long load_acquire(const unsigned long long* p) {
     unsigned long long v;
     asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -449,8 +481,13 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) pack_tickets(
                 __syncthreads();
                 marks_done = true;
             }
+#if ZERO_SPREAD
+            zero_rows_spread<V>(dst, owner, expert_idx, slot_idx, offsets, (k - mark_chunks) * ZERO_ROWS, num_tokens,
+                                num_experts, limit, row_vecs);
+#else
             zero_row_block<V>(dst, owner, expert_idx, slot_idx, offsets, (k - mark_chunks) * THREADS, num_tokens,
                               num_experts, limit, row_vecs);
+#endif
         } else {
             scatter_chunk<V>(src, dst, expert_idx, slot_idx, offsets, nullptr, (k - mark_chunks - zero_chunks) * CHUNK,
                              all, num_tokens, num_experts, limit, row_vecs);
@@ -725,7 +762,8 @@ static void launch_tickets(const torch::Tensor& src, torch::Tensor& dst, const t
     const int64_t chunk = (int64_t)THREADS * FLAT_ITEMS;
     const int64_t mark_chunks = (n + THREADS - 1) / THREADS;
     const int64_t data_chunks = ((GATHER ? capacity : n) * row_vecs + chunk - 1) / chunk;
-    const int64_t zero_chunks = GATHER ? 0 : (capacity + THREADS - 1) / THREADS;
+    const int64_t zero_rows = ZERO_SPREAD ? ZERO_ROWS : THREADS;
+    const int64_t zero_chunks = GATHER ? 0 : (capacity + zero_rows - 1) / zero_rows;
     const int64_t chunks = mark_chunks + data_chunks + zero_chunks;
     const int64_t per_sm = PERSISTENT ? std::min(BLOCKS_PER_SM, resident_blocks<V>()) : BLOCKS_PER_SM;
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(chunks, (int64_t)sms * per_sm));
@@ -891,7 +929,8 @@ CONSTANTS = {"THREADS": THREADS, "MAX_VEC": MAX_VEC, "UNROLL": UNROLL, "BLOCKS_P
              "STREAM_STORES": STREAM_STORES, "PREFETCH_NEXT": PREFETCH_NEXT, "COUNT_BY_KERNEL": COUNT_BY_KERNEL,
              "SYNC_READ_FIRST": SYNC_READ_FIRST, "ZERO_FILL_FIRST": ZERO_FILL_FIRST, "FLAT": FLAT,
              "FLAT_ITEMS": FLAT_ITEMS, "FUSED": FUSED, "PDL": PDL, "TICKETS": TICKETS,
-             "PERSISTENT": PERSISTENT, "MIN_BLOCKS": MIN_BLOCKS, "GATHER": GATHER}
+             "PERSISTENT": PERSISTENT, "MIN_BLOCKS": MIN_BLOCKS, "GATHER": GATHER, "ZERO_SPREAD": ZERO_SPREAD,
+             "ZERO_ROWS": ZERO_ROWS}
 source = cuda_source
 for key, value in sorted(CONSTANTS.items(), key=lambda kv: -len(kv[0])):
     source = source.replace(f"KBH_{key}", str(value))
