@@ -29,6 +29,9 @@ fifteenth sessions, H200):
     registers, so 4 blocks fit on an SM.
   - Busy GPU, one process: +5.0 us at wide, +7.0 at mixtral, +2.4 at deepseek against this kernel.
   - Routed reads cost more than routed writes: a block cannot issue a read before the map names its row.
+- Tried in the sixteenth session, not kept: a padding chunk's unwritten rows zeroed by the whole block
+  together (ZERO_SPREAD 1; ZERO_ROWS 64 for smaller chunks). Busy GPU, one process: -2.8 us at deepseek
+  but +2.3 at wide and +1.6 at mixtral, which have no padding rows; with 64-row chunks -1.3, +4.7, +3.8.
 - Every output byte is written once. FUSED (the default from the fifth to the fourteenth session, now
   TICKETS 0): a small kernel,
   `mark_owners`, writes owner[dest] = token for every token; then one grid, `pack_fused`, moves the
