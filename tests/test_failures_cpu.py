@@ -60,33 +60,10 @@ def test_strict_exit_code(run_eval):
     assert res.records[0]["status"] == "runtime_error"
 
 
-def test_a_draw_that_cannot_repeat_is_the_shapes_reference_error_not_the_candidates(run_eval, tmp_path):
-    """A get_inputs that calls an op with no deterministic implementation (torch's own alert, as a
-    floating-point cumsum raises on CUDA) fails every record of the shape with one line naming the op; no
-    candidate is rejected for inputs it did not change."""
+def _run_with_draw(run_eval, tmp_path, body: str) -> dict:
+    """The bundled problem with get_inputs wrapped (`body` gets the original as `_draw`), one honest candidate."""
     problem = (REPO / "problems" / "pack_tokens.py").read_text() + (
-        "\n\n_draw = get_inputs\n\n\ndef get_inputs(*args, **kwargs):\n"
-        "    from torch._prims_common import alert_not_deterministic\n\n"
-        "    alert_not_deterministic('my_running_sum')\n    return _draw(*args, **kwargs)\n")
-    (tmp_path / "problem.py").write_text(problem)
-    config = (CONFIGS / "cpu_failures.yaml").read_text().replace("../../problems/pack_tokens.py", "problem.py")
-    (tmp_path / "config.yaml").write_text(config)
-    res = run_eval(tmp_path / "config.yaml", "--device", "cpu", "--solution",
-                   str(CANDIDATES / "honest" / "python_cpu.py"))
-    assert res.rc == 0, res.stderr
-    (r,) = res.records
-    assert r["status"] == "runtime_error" and "reference_error" in r["flags"]
-    assert "not repeatable" in r["message"] and "my_running_sum" in r["message"], r["message"]
-    assert "\n" not in r["message"], r["message"]
-
-
-def test_a_draw_that_returns_memory_it_never_wrote_is_the_shapes_reference_error(run_eval, tmp_path):
-    """The reference draws each check seed twice, the second time with new tensors filled: half of this
-    draw's first input is never written, so the two draws differ and no candidate is judged on it."""
-    problem = (REPO / "problems" / "pack_tokens.py").read_text() + (
-        "\n\n_draw = get_inputs\n\n\ndef get_inputs(*args, **kwargs):\n"
-        "    x, *rest = _draw(*args, **kwargs)\n    half = torch.empty_like(x)\n"
-        "    half[: x.shape[0] // 2] = x[: x.shape[0] // 2]\n    return [half, *rest]\n")
+        "\n\n_draw = get_inputs\n\n\ndef get_inputs(*args, **kwargs):\n" + body)
     (tmp_path / "problem.py").write_text(problem)
     config = (CONFIGS / "cpu_failures.yaml").read_text().replace("../../problems/pack_tokens.py", "problem.py")
     (tmp_path / "config.yaml").write_text(config)
@@ -95,4 +72,22 @@ def test_a_draw_that_returns_memory_it_never_wrote_is_the_shapes_reference_error
     assert res.rc == 0, res.stderr
     (r,) = res.records
     assert r["status"] == "runtime_error" and "reference_error" in r["flags"], r
-    assert "not repeatable" in r["message"] and "input tensor 0" in r["message"], r["message"]
+    assert "not repeatable" in r["message"] and "\n" not in r["message"], r["message"]
+    return r
+
+
+def test_a_draw_that_cannot_repeat_is_the_shapes_reference_error_not_the_candidates(run_eval, tmp_path):
+    """A get_inputs that calls an op with no deterministic implementation (torch's own alert, which torch
+    raises in deterministic mode for such an op) fails every record of the shape with one line naming the
+    op; no candidate is rejected for inputs it did not change."""
+    r = _run_with_draw(run_eval, tmp_path, "    from torch._prims_common import alert_not_deterministic\n\n"
+                       "    alert_not_deterministic('my_running_sum')\n    return _draw(*args, **kwargs)\n")
+    assert "my_running_sum" in r["message"], r["message"]
+
+
+def test_a_draw_that_returns_memory_it_never_wrote_is_the_shapes_reference_error(run_eval, tmp_path):
+    """The reference draws each check seed twice, the second time with new tensors filled: half of this
+    draw's first input is never written, so the two draws differ and no candidate is judged on it."""
+    r = _run_with_draw(run_eval, tmp_path, "    x, *rest = _draw(*args, **kwargs)\n    half = torch.empty_like(x)\n"
+                       "    half[: x.shape[0] // 2] = x[: x.shape[0] // 2]\n    return [half, *rest]\n")
+    assert "input tensor 0" in r["message"], r["message"]
