@@ -98,7 +98,7 @@ class DrawNotRepeatable(RuntimeError):
 
 
 @contextlib.contextmanager
-def deterministic_draw(fill_uninitialized: bool = False):
+def deterministic_draw(fill_uninitialized: bool):
     """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
     candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
     repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): the fifteenth session's
