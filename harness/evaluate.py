@@ -158,6 +158,8 @@ class CandidateEvaluation:
         assert self.worker is not None
         with self.lane.gate.shared(), self.lane.turn.around(cmd):
             reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
+        key = f"{cmd}, in worker"
+        self.phases[key] = self.phases.get(key, 0.0) + reply.get("worker_s", 0.0)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
             if reply.get("bad_output"):

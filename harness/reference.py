@@ -127,22 +127,40 @@ class ReferenceRunner:
         self.current: tuple[str, bool] | None = None
         self.lock = threading.Lock()
         self.turn = turn or DeviceTurn()
+        self.stage = "other"
+        self.spent: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def staged(self, name: str):
+        """Count the commands sent inside under `name` in `spent` (run.json `reference_seconds`): wall seconds,
+        and the worker's own share of them, for where a run's reference work goes."""
+        before, self.stage = self.stage, name
+        try:
+            yield
+        finally:
+            self.stage = before
 
     def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
+        t0 = time.monotonic()
         with self.turn.around(cmd):
             reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
+        stage = self.stage
+        self.spent[stage] = round(self.spent.get(stage, 0.0) + time.monotonic() - t0, 4)
+        self.spent[f"{stage}, in worker"] = round(self.spent.get(f"{stage}, in worker", 0.0) + reply.get("worker_s", 0.0), 4)
         if not reply.get("ok"):
             raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
         return reply
 
     def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None,
              env: dict | None = None) -> dict:
-        return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
+        with self.staged("init"):
+            return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
                          fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
 
     def calibrate(self, cache_bytes: int) -> Calibration:
         cal_loop = dict(self.loop, min_runs=max(50, self.loop["min_runs"]), target_rse=0.01, quantile=0.5)
-        r = self._ask("calibrate", loop=cal_loop)
+        with self.staged("calibrate"):
+            r = self._ask("calibrate", loop=cal_loop)
         return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
                            host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes, copy_bytes=r["copy_bytes"])
 
@@ -155,7 +173,7 @@ class ReferenceRunner:
     def outputs(self, shape: Shape) -> RefShape:
         ref = RefShape(shape)
         try:
-            with self.lock:
+            with self.lock, self.staged("outputs"):
                 self._setup(shape, False)
                 seeds = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
                 for seed in seeds:
@@ -189,10 +207,11 @@ class ReferenceRunner:
         settings = self.plan.config.timing
         loop = one_off_loop(self.loop)
         try:
-            with self.lock:
+            with self.lock, self.staged("eager"):
                 self._setup(shape, False)
                 r = self._ask("time", base_seed=base, loop=loop, verify=False)
                 t.eager = summarize(r["device_us"])
+            with self.lock, self.staged("floors"):
                 t.floor_launch, t.floor_read, t.floor_copy = (
                     summarize(self._ask("time", base_seed=base, loop=one_off_loop(short_loop(self.loop)), verify=True,
                                         floor=kind, floor_bytes=min_bytes)["device_us"])
@@ -203,17 +222,19 @@ class ReferenceRunner:
         if settings.compile_reference:
             try:
                 with self.lock:
-                    self._setup(shape, True)
-                    self._ask("time", timeout=max(self.timeout_s, 900.0), base_seed=base,
-                              loop=dict(self.loop, warmup_ms=0.0, min_runs=2, max_runs=3), verify=False,
-                              compiled=True)
-                    r = self._ask("time", base_seed=base, loop=loop, verify=False, compiled=True)
+                    with self.staged("compile"):
+                        self._setup(shape, True)
+                        self._ask("time", timeout=max(self.timeout_s, 900.0), base_seed=base,
+                                  loop=dict(self.loop, warmup_ms=0.0, min_runs=2, max_runs=3), verify=False,
+                                  compiled=True)
+                    with self.staged("compiled"):
+                        r = self._ask("time", base_seed=base, loop=loop, verify=False, compiled=True)
                     t.compiled = summarize(r["device_us"])
             except (RuntimeError, WorkerGone) as e:
                 t.compile_error = str(e)[:500]
         if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
             try:
-                with self.lock:
+                with self.lock, self.staged("graph"):
                     self._setup(shape, False)
                     g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=short_loop(self.loop))
                     t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
@@ -224,7 +245,7 @@ class ReferenceRunner:
     def time_round(self, shape: Shape, base_seed: int, loop: dict, min_bytes: int) -> Round:
         """Short timings of the eager reference, an empty launch and the copy floor, for a round paired with a
         candidate's (stats.pooled_ratio). The candidate's calls go in later."""
-        with self.lock:
+        with self.lock, self.staged("rounds"):
             self._setup(shape, False)
             eager = self._ask("time", base_seed=base_seed, loop=loop, verify=False)["device_us"]
             launch = self._ask("time", base_seed=base_seed, loop=phase_loop(loop), verify=True,
@@ -236,7 +257,7 @@ class ReferenceRunner:
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
         if missing:
-            with self.lock:
+            with self.lock, self.staged("fingerprints"):
                 self._setup(shape, False)
                 tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
                 r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)

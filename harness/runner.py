@@ -76,6 +76,7 @@ class Runner:
         self.pch: HeaderBuild | None = None
         self.errors: list[str] = []
         self.timeline: dict[str, float] = {}
+        self.refs: list[ReferenceRunner] = []
         self.lane_seconds: dict[int, dict[str, float]] = {}
         self.spare_log: list[dict] = []
         self._t0 = time.monotonic() - (process_age_s() or 0.0)
@@ -222,6 +223,7 @@ class Runner:
                     if not plan.build_only:
                         spares = self._spare_pools(lane_cores, build_cores, toolchain, arch_hint)
                 refs: list[ReferenceRunner] = ref_start.result()
+                self.refs = refs
                 self._mark("references_started")
                 if plan.device == "cuda":
                     arch = self.lane_info[0].get("capability")
@@ -386,6 +388,7 @@ class Runner:
                             | {"compile_error": t.compile_error, "error": t.error, "seconds": t.seconds}
                             for s, t in timings.items()}
                 for lane, timings in self.ref_timings.items()}
+            data["reference_seconds"] = {str(i): dict(r.spent) for i, r in enumerate(self.refs)}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
             data["pch"] = self.pch.info() if self.pch is not None else None
             data["warnings"] = self.errors

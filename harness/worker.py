@@ -30,6 +30,7 @@ import torch
 
 from . import extcache, problem, timing
 from .build_worker import import_candidate
+from .envinfo import process_age_s
 from .fingerprint import OVERWRITTEN, Fingerprinter
 from .seeds import derive
 
@@ -40,6 +41,7 @@ _listdir = os.listdir
 _set_det = torch.use_deterministic_algorithms
 _det_enabled = torch.are_deterministic_algorithms_enabled
 _gc_collect = gc.collect
+_perf = time.perf_counter
 _gc_freeze = gc.freeze
 
 
@@ -143,6 +145,13 @@ def aliases(outs: list[torch.Tensor], inputs: list) -> bool:
         if any(lo < xh and xl < hi for xl, xh in spans):
             return True
     return False
+
+
+def _age() -> float | None:
+    """Seconds since this process started: when a worker's imports ended and its first command came, for the
+    run's start-up timeline (run.json `devices`)."""
+    age = process_age_s()
+    return round(age, 2) if age is not None else None
 
 
 def settle_gc() -> None:
@@ -342,8 +351,9 @@ class TimedFeed:
 
 
 class Worker:
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, ready_s: float | None = None):
         self.conn = conn
+        self.ready_s = ready_s
         self.role = "reference"
         self.device = "cpu"
         self.watch: RuntimeWatch | None = None
@@ -374,6 +384,7 @@ class Worker:
                 self.send({"ok": True})
                 return
             frames: list = []
+            t0 = _perf()
             try:
                 reply = getattr(self, f"cmd_{cmd}")(frames=frames, **msg) or {}
                 reply = {"ok": True, **reply}
@@ -390,6 +401,7 @@ class Worker:
                 frames = []
             if self.watch is not None:
                 reply["patched"] = self.watch.changed()
+            reply["worker_s"] = round(_perf() - t0, 4)
             sys.stdout.flush()
             sys.stderr.flush()
             self.send(reply)
@@ -429,6 +441,8 @@ class Worker:
         another candidate is being timed on the same GPU would share the GPU with it and slow its timed calls.
         env (the lane's CUDA_VISIBLE_DEVICES, cache folders) is applied first, before anything reads it: a worker
         started early, before its lane was known, gets it here, and the run's private scratch folder as cwd."""
+        started = _perf()
+        stamps = {"waited_from_s": self.ready_s, "init_at_s": _age()}
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
@@ -444,9 +458,12 @@ class Worker:
             extcache.install(cache_dir)
         importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
         info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
+        stamps["before_device_s"] = round(_perf() - started, 3)
         if device_now:
             info.update(self._init_device())
         settle_gc()
+        stamps["init_s"] = round(_perf() - started, 3)
+        info["start_s"] = stamps
         return info
 
     def _init_device(self) -> dict:
@@ -782,7 +799,7 @@ class Worker:
 def main() -> None:
     conn = Connection(int(sys.argv[1]))
     importlib.import_module("torch._dynamo")  # before the first command: a worker started early imports it meanwhile
-    Worker(conn).serve()
+    Worker(conn, _age()).serve()
     sys.stdout.flush()
     os._exit(0)
 
