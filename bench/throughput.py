@@ -55,6 +55,12 @@ def main() -> None:
               f"{sum(bool(b.get('pch')) for b in run['builds'].values())} of {n}")
         print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
         print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run.get("timeline_s") or {}).items()]))
+        for lane, spent in (run.get("reference_seconds") or {}).items():
+            print(f"\n{label} batch: reference work on lane {lane} by stage, s (wall; the worker's share)\n")
+            print(md_table(["stage", "s", "in worker s"], [[k, f"{v:.2f}", f"{spent.get(k + ', in worker', 0):.2f}"]
+                                                            for k, v in spent.items() if not k.endswith(", in worker")]))
+        for lane, info in (run.get("devices") or {}).items():
+            print(f"\n{label} batch: reference worker {lane} start (s of its own life): {info.get('start_s')}")
         print(f"\n{label} batch: spare workers, s (ready: since run_eval.py started)\n")
         print(spares_table(run.get("spares") or []))
         keep = REPO / "results" / "throughput" / label
