@@ -444,7 +444,8 @@ class Runner:
                     t1 = time.monotonic()
                     with turn.for_spare():
                         t2 = time.monotonic()
-                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=pool_size)
+                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=pool_size,
+                                          warm_params=dict(plan.shapes[0].params) if plan.shapes else None)
                     times.update(turn_wait_s=round(t2 - t1, 3), device_s=round(time.monotonic() - t2, 3))
                 if not reply.get("ok"):
                     w.kill()
@@ -463,6 +464,7 @@ class Runner:
         plan = self.plan
         info = self.lane_info[i]
         try:
+            ref.turn.open_to_spares(False)  # spares start their device in the reference's untimed stretches only
             calibration = ref.calibrate(info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.calibrations[i] = calibration
             timings: dict[str, RefTiming] = {}
@@ -475,6 +477,7 @@ class Runner:
                     timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
                 progress.advance(t_ref)
             spares.prime()
+            ref.turn.open_to_spares(True)
             self._mark(f"lane{i}_reference_done")
             ctx = LaneContext(index=i, plan=plan, store=self.store, ref=ref, timings=timings,
                               calibration=calibration, scratch=self.scratch, log_dir=self.logs,

@@ -496,12 +496,21 @@ class Worker:
         if self.watch is None:
             self._init_device()
 
-    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1) -> dict:
+    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1, warm_params: dict | None = None) -> dict:
         """Start the device in a spare, before any candidate is in it, and poison its free memory: the harness
         sends this inside the device's turn, so the context is never created while another process is being
-        timed, and a candidate's import waits for neither."""
+        timed, and a candidate's import waits for neither. With warm_params (a shape's), one input set is drawn,
+        fingerprinted, flushed and poisoned, then dropped: the kernels a record's first check and first timed
+        calls use are loaded here (CUDA loads a kernel at its first launch), not inside the record."""
         self._ensure_device()
         self._poison_free_memory(poison_bytes, holders)
+        if warm_params is not None:
+            inputs = self.inputs_for(warm_params, 0)
+            self.tensor_fps(inputs)
+            self.clock.flush()
+            poison([x for x in inputs if isinstance(x, torch.Tensor)])
+            self.sync()
+            del inputs
         return {}
 
     def cmd_log(self, frames, path: str) -> dict:
@@ -545,8 +554,11 @@ class Worker:
         return {}
 
     def inputs(self, seed: int) -> list:
+        return self.inputs_for(self.params, seed)
+
+    def inputs_for(self, params: dict, seed: int) -> list:
         try:
-            return problem.make_inputs(self.ns, self.params, seed, self.device)
+            return problem.make_inputs(self.ns, params, seed, self.device)
         except Exception as e:
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
@@ -697,6 +709,16 @@ class Worker:
                 "unsampled": unsampled,
                 "calls": self._calls_json(feed.calls), "threads": [threads_before, native_threads()],
                 "extra_py_threads": self.extra_threads()}
+
+    def cmd_warm(self, frames, base_seed: int, calls: int, compiled: bool = False) -> dict:
+        """Untimed first calls (torch.compile's compile happens in the first): outside the device's turn, so spares
+        may start their device meanwhile."""
+        model = self.compiled if compiled else self.model
+        for i in range(calls):
+            out = model(*self.inputs(derive(base_seed, i)))
+            del out
+        self.sync()
+        return {}
 
     def cmd_graph(self, frames, base_seed: int, loop: dict, projection: bool = False) -> dict:
         """Device time without launch gaps: capture one call in a CUDA graph and time its replays."""
