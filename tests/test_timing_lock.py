@@ -207,3 +207,36 @@ def test_spares_take_the_turn_only_while_the_lane_opens_it():
         assert not got.wait(0.1)  # an open window still waits for the lane's current timed command
     assert got.wait(2.0)
     t.join(2.0)
+
+
+def test_reference_compiles_untimed_with_spares_let_in_then_times_eager_and_compiled_back_to_back():
+    """The compile's first calls run outside the device's turn, with the spares' window open; every timed command
+    runs in the turn with the window closed, and the compiled setup serves the eager timing (no second setup)."""
+    from types import SimpleNamespace
+
+    from harness.config import Shape
+
+    turn = DeviceTurn()
+    turn.open_to_spares(False)
+    seen = []
+
+    class Recorder:
+        def request(self, cmd, timeout, **args):
+            seen.append((cmd, args.get("compiled", args.get("compile_model")), args.get("floor"),
+                         turn.window.is_set(), turn.lock.locked()))
+            return {"ok": True, "device_us": [10.0, 11.0, 12.0], "graph_ok": False}
+
+    timing = SimpleNamespace(compile_reference=True, graph=True, speedup_metric="time_us")
+    plan = SimpleNamespace(config=SimpleNamespace(timing=timing), time_seed=lambda name: 1, init_seed=lambda name: 2,
+                           graph_seed=lambda name: 3)
+    loop = {"warmup_ms": 1.0, "min_runs": 2, "max_runs": 4, "budget_s": 0.1, "target_rse": 0.01, "quantile": 0.1}
+    ref = ReferenceRunner(Recorder(), plan, loop, 5.0, turn=turn)
+    t = ref.timings(Shape("s", {}), "cuda", min_bytes=64)
+    assert [c[:3] for c in seen] == [("setup", True, None), ("warm", True, None), ("time", None, None),
+                                     ("time", True, None), ("time", None, "launch"), ("time", None, "launch_read"),
+                                     ("time", None, "copy")]
+    assert seen[1][3:] == (True, False)  # the compile: window open, turn free
+    assert all(window is False and locked for cmd, _, _, window, locked in seen if cmd == "time")
+    assert not turn.window.is_set()
+    assert t.eager and t.compiled and t.floor_copy and t.compile_error is None
+    assert set(ref.spent) >= {"compile", "eager", "compiled", "floors"}
