@@ -125,6 +125,8 @@ def breakdown(run: dict, recs: list[dict]) -> str:
     for r in recs:
         for k, v in (r.get("phase_seconds") or {}).items():
             stages.setdefault(k, []).append(v)
+        for k, v in (r.get("worker_seconds") or {}).items():
+            stages.setdefault(f"{k}, in worker", []).append(v)
         if r.get("eval_seconds") is not None:
             stages.setdefault("record, all stages", []).append(r["eval_seconds"])
     for k, v in sorted(stages.items(), key=lambda kv: -sum(kv[1])):

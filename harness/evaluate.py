@@ -148,6 +148,7 @@ class CandidateEvaluation:
         self.log = lane.log_dir / f"{safe_name(cand.name)}.log"
         self.token = secrets.token_hex(6)
         self.phases: dict[str, float] = {}
+        self.worker_s: dict[str, float] = {}
 
     # -- worker plumbing -------------------------------------------------------------------
     def _phase(self, name: str):
@@ -158,8 +159,7 @@ class CandidateEvaluation:
         assert self.worker is not None
         with self.lane.gate.shared(), self.lane.turn.around(cmd):
             reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
-        key = f"{cmd}, in worker"
-        self.phases[key] = self.phases.get(key, 0.0) + reply.get("worker_s", 0.0)
+        self.worker_s[cmd] = self.worker_s.get(cmd, 0.0) + reply.get("worker_s", 0.0)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
             if reply.get("bad_output"):
@@ -209,7 +209,7 @@ class CandidateEvaluation:
 
     def evaluate_shape(self, shape: Shape) -> Record:
         t0 = time.monotonic()
-        self.phases = {}
+        self.phases, self.worker_s = {}, {}
         self.lane.turn.open_to_spares(True)
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors,
                       static_warnings=self.static_warnings, static_policy=self.plan.static_policy,
@@ -490,6 +490,7 @@ class CandidateEvaluation:
             bandwidth_frac=(bw / copy) if correct and bw and copy else None,
             device=self.lane.device_name, lane=self.lane.index, solution_path=str(self.cand.path),
             log=str(self.log), eval_seconds=seconds, phase_seconds={k: round(v, 3) for k, v in self.phases.items()},
+            worker_seconds={k: round(v, 3) for k, v in self.worker_s.items()},
         )
 
 

@@ -50,6 +50,7 @@ class Record:
     log: str = ""
     eval_seconds: float | None = None
     phase_seconds: dict = field(default_factory=dict)
+    worker_seconds: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """Non-finite figures (a relative error against a zero reference) become null."""
