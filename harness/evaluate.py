@@ -101,9 +101,11 @@ class SparePool:
         t.start()
         self.slots.append((t, box, spawned))
 
-    def prime(self) -> None:
+    def prime(self, limit: int | None = None) -> None:
+        """Start spares up to the pool's size, or up to `limit` (fewer at the run's start, where each more
+        import of torch slows the reference's)."""
         with self.lock:
-            while len(self.slots) < self.size:
+            while len(self.slots) < min(self.size, limit if limit is not None else self.size):
                 self._start()
 
     def take(self) -> WorkerHandle | None:

@@ -48,7 +48,7 @@ from .integrity import TreeGuard
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming
-from .workers import SPARE_WORKERS, WorkerGone, WorkerHandle, take_early
+from .workers import EARLY_SPARES, SPARE_WORKERS, WorkerGone, WorkerHandle, take_early
 
 POISON_BYTES = 4 * 2**30
 SHM_MIN_FREE = 8 * 2**30
@@ -417,7 +417,7 @@ class Runner:
             size = 1 if lane_cores[i] is None else SPARE_WORKERS
             pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores), size), size=size)
             if lane_cores[i] is not None:
-                pool.prime()  # spares import torch on the build cores while the reference works on the lane's
+                pool.prime(EARLY_SPARES)  # spares import torch on the build cores while the reference works on the lane's
             pools.append(pool)
         return pools
 

@@ -239,12 +239,17 @@ def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[flo
     return calls, noops
 
 
-SPARE_WORKERS = 5
+SPARE_WORKERS = 7
 """Spare candidate workers a lane keeps ready, on hosts whose lanes have cores of their own (1 where workers share
 cores with timing). A spare's start took 6.5-9 s on the H200 host with no build running (run.json `spares`,
 thirteenth session) and a warm record at seed about 2.1 s: with four, 9 of 16 records waited 0.2-0.8 s for
-one; with five, 1 of 32. Each idle spare holds a CUDA context and its poisoned block (at most a quarter of the free
-memory it found)."""
+one; with five, 1 of 32. In the seventeenth session records fell to 1.3-2.0 s (checks 0.07 s) and a spare's
+start to about 9 s (its device step draws an input set): with five, 9 of 16 records waited 0.4-0.9 s. Each
+idle spare holds a CUDA context and its poisoned block (at most a quarter of the free memory it found)."""
+
+EARLY_SPARES = 5
+"""Of those, the ones started with the judge (and at the lane's start): each more torch import beside the reference
+worker's delays the reference; the rest start once the reference's work is done."""
 
 _EARLY: dict[str, list[WorkerHandle]] = {"reference": [], "spare": []}
 
@@ -260,7 +265,7 @@ def early_spares(argv: list[str]) -> int:
         return 0
     if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not any(Path("/dev").glob("nvidia[0-9]*")):
         return 0
-    return SPARE_WORKERS
+    return EARLY_SPARES
 
 
 def spawn_early(repo_root: Path, spares: int = 0) -> None:

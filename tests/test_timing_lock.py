@@ -240,3 +240,24 @@ def test_reference_compiles_untimed_with_spares_let_in_then_times_eager_and_comp
     assert not turn.window.is_set()
     assert t.eager and t.compiled and t.floor_copy and t.compile_error is None
     assert set(ref.spent) >= {"compile", "eager", "compiled", "floors"}
+
+
+def test_spare_pool_primed_to_a_limit_first_then_to_its_size():
+    """At the run's start only the early share of spares start (each more torch import slows the reference's)."""
+    from harness.evaluate import SparePool
+
+    class Fake:
+        def stop(self):
+            pass
+
+        def kill(self):
+            pass
+
+    made = []
+    pool = SparePool(lambda register: made.append(1) or Fake(), size=7)
+    pool.prime(5)
+    assert len(pool.slots) == 5
+    pool.prime()
+    assert len(pool.slots) == 7
+    pool.close()
+    assert len(made) == 7
