@@ -84,9 +84,11 @@ class SparePool:
     make(register) starts one and calls register(handle) as soon as its process exists, so close() can kill
     spares still starting instead of waiting for their start-up (torch's import, a CUDA context)."""
 
-    def __init__(self, make: Callable[[Callable[[object], None]], WorkerHandle | None], size: int = 1):
+    def __init__(self, make: Callable[[Callable[[object], None]], WorkerHandle | None], size: int = 1,
+                 needed: int | None = None):
         self.make = make
         self.size = max(1, size)
+        self.needed = needed
         self.lock = threading.Lock()
         self.slots: list[tuple[threading.Thread, list, list]] = []
 
@@ -103,9 +105,14 @@ class SparePool:
 
     def prime(self, limit: int | None = None) -> None:
         """Start spares up to the pool's size, or up to `limit` (fewer at the run's start, where each more
-        import of torch slows the reference's)."""
+        import of torch slows the reference's), and never more than the takes still `needed` (the candidates
+        left): a spare started for no one imports torch beside timed records for nothing (a one-candidate run;
+        a batch's last records). A worker discarded mid-candidate takes one more; when none is left, take()
+        starts one."""
         with self.lock:
-            while len(self.slots) < min(self.size, limit if limit is not None else self.size):
+            cap = min(self.size, limit if limit is not None else self.size,
+                      self.needed if self.needed is not None else self.size)
+            while len(self.slots) < cap:
                 self._start()
 
     def take(self) -> WorkerHandle | None:
@@ -114,6 +121,8 @@ class SparePool:
         with self.lock:
             if not self.slots:
                 self._start()
+            if self.needed is not None:
+                self.needed = max(0, self.needed - 1)
             ready = [k for k, (t, _, _) in enumerate(self.slots) if not t.is_alive()]
             t, box, _ = self.slots.pop(ready[0] if ready else 0)
         t.join()

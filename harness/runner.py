@@ -221,7 +221,7 @@ class Runner:
                     self._submit_builds(pool, futures, cands, todo, findings, build_cores,
                                         build_env(arch_hint, toolchain), progress, t_build, t_eval)
                     if not plan.build_only:
-                        spares = self._spare_pools(lane_cores, build_cores, toolchain, arch_hint)
+                        spares = self._spare_pools(lane_cores, build_cores, toolchain, arch_hint, len(cands))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.refs = refs
                 self._mark("references_started")
@@ -235,7 +235,7 @@ class Runner:
                                             build_env(arch, toolchain), progress, t_build, t_eval)
                 self._write_run_json(arch, toolchain)
                 if not plan.build_only:
-                    spares = spares or self._spare_pools(lane_cores, build_cores, toolchain, arch)
+                    spares = spares or self._spare_pools(lane_cores, build_cores, toolchain, arch, len(cands))
                     lanes = [threading.Thread(target=self._lane, name=f"kbh-lane{i}",
                                               args=(i, refs[i], lane_cores[i], spares[i], work, todo,
                                                     findings, progress, t_ref, t_eval), daemon=True)
@@ -404,18 +404,19 @@ class Runner:
     def _turn(self, i: int, lane_cores) -> DeviceTurn:
         return self.turns.setdefault(self.plan.lanes[i], DeviceTurn(pause_builds=lane_cores[i] is None))
 
-    def _spare_pools(self, lane_cores, spare_cores, toolchain: str, arch: str | None) -> list[SparePool]:
+    def _spare_pools(self, lane_cores, spare_cores, toolchain: str, arch: str | None, needed: int) -> list[SparePool]:
         """Each lane's spare candidate workers, started as soon as their environment is known (the architecture:
         from nvidia-smi before any CUDA context, else from the reference's): their start and device step then
         overlap the reference's start instead of its timed work. Lane 0's take the workers started with the judge
-        (workers.spawn_early)."""
+        (workers.spawn_early). None is started beyond the `needed` candidates."""
         plan = self.plan
         env = {"KBH_TOOLCHAIN": toolchain} | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
         pools = []
         for i in range(len(plan.lanes)):
             lane_env = dict(env) | ({"CUDA_VISIBLE_DEVICES": plan.lanes[i]} if plan.device == "cuda" else {})
             size = 1 if lane_cores[i] is None else SPARE_WORKERS
-            pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores), size), size=size)
+            pool = SparePool(self._spare_maker(i, lane_env, spare_cores, self._turn(i, lane_cores), size), size=size,
+                             needed=needed)
             if lane_cores[i] is not None:
                 pool.prime(EARLY_SPARES)  # spares import torch on the build cores while the reference works on the lane's
             pools.append(pool)

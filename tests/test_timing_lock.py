@@ -261,3 +261,24 @@ def test_spare_pool_primed_to_a_limit_first_then_to_its_size():
     assert len(pool.slots) == 7
     pool.close()
     assert len(made) == 7
+
+
+def test_spare_pool_starts_no_spare_beyond_the_candidates_left():
+    from harness.evaluate import SparePool
+
+    class Fake:
+        def stop(self):
+            pass
+
+        def kill(self):
+            pass
+
+    made = []
+    pool = SparePool(lambda register: made.append(1) or Fake(), size=7, needed=2)
+    pool.prime()
+    assert len(made) == 2
+    pool.take()
+    pool.take()
+    assert len(made) == 2 and not pool.slots  # both candidates served: none started for no one
+    assert pool.take() is not None and len(made) == 3  # a discarded worker's candidate still gets one
+    pool.close()
