@@ -242,19 +242,20 @@ def test_reference_compiles_untimed_with_spares_let_in_then_times_eager_and_comp
     assert set(ref.spent) >= {"compile", "eager", "compiled", "floors"}
 
 
+class IdleSpare:
+    def stop(self):
+        pass
+
+    def kill(self):
+        pass
+
+
 def test_spare_pool_primed_to_a_limit_first_then_to_its_size():
     """At the run's start only the early share of spares start (each more torch import slows the reference's)."""
     from harness.evaluate import SparePool
 
-    class Fake:
-        def stop(self):
-            pass
-
-        def kill(self):
-            pass
-
     made = []
-    pool = SparePool(lambda register: made.append(1) or Fake(), size=7)
+    pool = SparePool(lambda register: made.append(1) or IdleSpare(), size=7)
     pool.prime(5)
     assert len(pool.slots) == 5
     pool.prime()
@@ -266,15 +267,8 @@ def test_spare_pool_primed_to_a_limit_first_then_to_its_size():
 def test_spare_pool_starts_no_spare_beyond_the_candidates_left():
     from harness.evaluate import SparePool
 
-    class Fake:
-        def stop(self):
-            pass
-
-        def kill(self):
-            pass
-
     made = []
-    pool = SparePool(lambda register: made.append(1) or Fake(), size=7, needed=2)
+    pool = SparePool(lambda register: made.append(1) or IdleSpare(), size=7, needed=2)
     pool.prime()
     assert len(made) == 2
     pool.take()
