@@ -505,12 +505,15 @@ class Worker:
         self._ensure_device()
         self._poison_free_memory(poison_bytes, holders)
         if warm_params is not None:
-            inputs = self.inputs_for(warm_params, 0)
-            self.tensor_fps(inputs)
-            self.clock.flush()
-            poison([x for x in inputs if isinstance(x, torch.Tensor)])
-            self.sync()
-            del inputs
+            try:
+                inputs = self.inputs_for(warm_params, 0)
+                self.tensor_fps(inputs)
+                self.clock.flush()
+                poison([x for x in inputs if isinstance(x, torch.Tensor)])
+                self.sync()
+                del inputs
+            except HarnessError as e:  # best effort: a shape whose draw fails is the reference's error to report
+                return {"warm_error": str(e)[:300]}
         return {}
 
     def cmd_log(self, frames, path: str) -> dict:
