@@ -110,8 +110,7 @@ class SparePool:
         a batch's last records). A worker discarded mid-candidate takes one more; when none is left, take()
         starts one."""
         with self.lock:
-            cap = min(self.size, limit if limit is not None else self.size,
-                      self.needed if self.needed is not None else self.size)
+            cap = min(n for n in (self.size, limit, self.needed) if n is not None)
             while len(self.slots) < cap:
                 self._start()
 
