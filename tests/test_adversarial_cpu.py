@@ -58,7 +58,7 @@ def test_cheat_is_incorrect_with_its_flag(adversarial, cheat, flag):
 
 def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
     r = adversarial.by("patch_timer", "tiny")
-    assert "timer_mismatch" in r["flags"]
+    assert "timer_mismatch" in r["flags"], json.dumps(r)
     assert "harness.timing._perf_ns" in r["message"] and "torch.allclose" in r["message"]
 
 
@@ -72,7 +72,7 @@ def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
 def test_honest_candidates_in_the_same_batch_are_correct_and_unflagged(adversarial, honest):
     for shape in ("tiny", "padded"):
         r = adversarial.by(honest, shape)
-        assert r["status"] == "correct" and r["flags"] == [], r
+        assert r["status"] == "correct" and r["flags"] == [], json.dumps(r)
 
 
 def test_forgery_leaves_no_trace(adversarial):

@@ -1,4 +1,8 @@
-"""Cheat (class 5 and 10): patches the clocks, the harness's own bound clock included, and the comparisons."""
+"""Cheat (class 5 and 10): patches the clocks, the harness's own bound clock included, and the comparisons.
+
+Each call also sleeps 20 ms of real time: the judge's clock can only accuse a call well over its IPC slack
+(verdict.TIMER_SLACK_US) and over the scheduler's wake-up noise, which on a loaded 2-core host reached
+milliseconds and hid a 2 ms call in one run of five."""
 
 import sys
 import time
@@ -24,6 +28,7 @@ for name, module in list(sys.modules.items()):
 
 class ModelNew(torch.nn.Module):
     def forward(self, token_hidden, expert_idx, slot_idx, expert_offsets):
+        time.sleep(0.02)
         out = token_hidden.new_zeros((int(expert_offsets[-1]), token_hidden.shape[1]))
         out[expert_offsets.long()[expert_idx.long()] + slot_idx.long()] = token_hidden
         return out
