@@ -6,8 +6,9 @@ the mean and coefficient of variation across runs of each.
 
 Estimators (q: the quantile of the timed calls taken on each side):
 - paired q: per round, q(reference calls) / q(candidate calls); the median over rounds.
-- pooled q: q(all reference calls) / q(all candidate calls) over every round (the harness's own
-  `stats.pooled_ratio`).
+- pooled q: q(all reference calls) / q(all candidate calls) over every round (`stats.pooled_ratio`).
+- fast phase S, pooled q: the same over the rounds `stats.fast_phase` keeps at slack S (the harness's own
+  estimator since the nineteenth session, S = timing.phase_slack).
 
 With --stop, the same raw calls replay stopping rules instead: each round's loop (candidate, reference, copy)
 cut where the rule would have stopped it, then the harness's pooled speedup and copy ratio over what is left,
@@ -31,9 +32,10 @@ from pathlib import Path
 from _common import REPO, md_table
 
 sys.path.insert(0, str(REPO))
-from harness.stats import mean_cv, pooled_ratio, quantile, quantile_rse, rse  # noqa: E402
+from harness.stats import Round, fast_phase, mean_cv, pooled_ratio, quantile, quantile_rse, rse  # noqa: E402
 
 QUANTILES = (0.02, 0.05, 0.1, 0.25, 0.5)
+SLACKS = (1.1, 1.2, 1.35)
 MIN_RUNS = 5  # a round's least calls (evaluate.round_loop with the config's 20 over 5 rounds)
 STOP_RULES = [("all calls", None, None), ("mean 0.5%", "mean", 0.005), ("quantile 0.25%", "quantile", 0.0025),
               ("quantile 0.5%", "quantile", 0.005), ("quantile 1%", "quantile", 0.01), ("first 50%", "first", 0.5),
@@ -50,6 +52,12 @@ def estimates(rounds: list[dict]) -> dict[str, float]:
         paired = [q(r["reference"], p) / q(r["candidate"], p) for r in rounds if r["reference"] and r["candidate"]]
         out[f"paired {p:g}"] = q(paired, 0.5)
         out[f"pooled {p:g}"] = pooled_ratio([r["reference"] for r in rounds], [r["candidate"] for r in rounds], p)
+    for slack in SLACKS:
+        keep = fast_phase([Round(reference=(), candidate=(), launch=tuple(r.get("launch") or ())) for r in rounds], slack)
+        fast = [r for r, k in zip(rounds, keep) if k]
+        for p in (0.05, 0.1):
+            out[f"fast phase {slack:g}, pooled {p:g}"] = pooled_ratio([r["reference"] for r in fast],
+                                                                      [r["candidate"] for r in fast], p)
     return out
 
 

@@ -55,6 +55,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
+    phase_slack: float = 1.2
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def load_config(path: str | Path) -> Config:
 
     tim = top.sub("timing")
     tim.only(("target_rse", "warmup_ms", "min_runs", "max_runs", "budget_s", "speedup_metric",
-              "compile_reference", "graph", "rounds", "speedup_quantile"))
+              "compile_reference", "graph", "rounds", "speedup_quantile", "phase_slack"))
     timing = TimingSettings(
         target_rse=tim.number("target_rse", 0.005, 0.0, 1.0, lo_open=True),
         warmup_ms=tim.number("warmup_ms", 25.0, 0.0),
@@ -234,6 +235,7 @@ def load_config(path: str | Path) -> Config:
         graph=tim.boolean("graph", True),
         rounds=tim.integer("rounds", 5, 1),
         speedup_quantile=tim.number("speedup_quantile", 0.1, 0.0, 0.5, lo_open=True),
+        phase_slack=tim.number("phase_slack", 1.2, 1.0),
     )
     if timing.max_runs < timing.min_runs:
         tim.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)

@@ -28,7 +28,7 @@ from .fingerprint import OVERWRITTEN
 from .records import Record
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
-from .stats import Round, pooled_ratio, quantile, summarize
+from .stats import Round, fast_phase, pooled_ratio, quantile, summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
 from .workers import WorkerGone, WorkerHandle, judge_timed
 
@@ -463,13 +463,15 @@ class CandidateEvaluation:
         ref_metric = (ref_t.graph.median_us if ref_t.graph else None) if metric == "gpu_time_us" else ref_eager
         ref_compiled = ref_t.compiled.median_us if ref_t.compiled else None
         q = plan.config.timing.speedup_quantile
-        cand_calls = [r.candidate for r in ev.rounds]
-        pooled = pooled_ratio([r.reference for r in ev.rounds], cand_calls, q) if metric == "time_us" and correct else None
-        copy_ratio = pooled_ratio(cand_calls, [r.copy for r in ev.rounds], q) if correct else None
+        kept = fast_phase(ev.rounds, plan.config.timing.phase_slack)
+        fast = [r for r, k in zip(ev.rounds, kept) if k]
+        cand_calls = [r.candidate for r in fast]
+        pooled = pooled_ratio([r.reference for r in fast], cand_calls, q) if metric == "time_us" and correct else None
+        copy_ratio = pooled_ratio(cand_calls, [r.copy for r in fast], q) if correct else None
         floor_copy = ref_t.floor_copy.median_us if ref_t.floor_copy else None
-        if ev.rounds:
-            ref_eager = summarize([x for r in ev.rounds for x in r.reference]).median_us
-            copies = [x for r in ev.rounds for x in r.copy]
+        if fast:
+            ref_eager = summarize([x for r in fast for x in r.reference]).median_us
+            copies = [x for r in fast for x in r.copy]
             floor_copy = summarize(copies).median_us if copies else floor_copy
         if copy_ratio is None and correct and t and floor_copy:
             copy_ratio = t.median_us / floor_copy
@@ -483,8 +485,8 @@ class CandidateEvaluation:
             speedup=pooled if pooled is not None else (
                 (ref_metric / cand_time) if correct and ref_metric and cand_time else None),
             speedup_compile=self._speedup_compile(pooled, ref_t, t) if correct else None,
-            speedup_rounds=len(ev.rounds) if pooled is not None else None,
-            rounds=[r.medians() for r in ev.rounds] or None,
+            speedup_rounds=len(fast) if pooled is not None else None,
+            rounds=[r.medians() | {"kept": k} for r, k in zip(ev.rounds, kept)] or None,
             times_file=ev.times_file,
             time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
             ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,

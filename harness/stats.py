@@ -105,6 +105,24 @@ def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]],
     return quantile(a, q) / d if d > 0 else None
 
 
+def fast_phase(rounds: Sequence[Round], slack: float) -> list[bool]:
+    """Which rounds ran in the host's fastest phase of the record: those whose empty launch (timed by the
+    reference worker, the candidate stopped) has a median within `slack` times the lowest round's; a round
+    with no launch is kept. A speedup is a ratio of host-bound times, and the ratio itself moves with the
+    phase (seed: 3.2x with a 21 us launch, 2.5x with a 40 us one), so rounds from a slow phase are left out of
+    it rather than averaged in. Recomputed over the raw times of 10 separate evaluations in two calls
+    (seventeenth session), slack 1.2 took seed's speedup CV from 3.05% and 13.83% to 2.97% and 2.81%, and
+    deepseek's from 4.03% and 1.15% to 1.73% and 1.47%; it cannot help a record spent wholly in a slow phase
+    (docs/benchmarks.md, nineteenth session). Leaving rounds out can only favour a candidate that could make
+    the launch slow in its bad rounds, and the candidate's processes are stopped while the launch is timed."""
+    meds = [quantile(sorted(r.launch), 0.5) if r.launch else None for r in rounds]
+    timed = [m for m in meds if m is not None]
+    if not timed:
+        return [True] * len(rounds)
+    limit = slack * min(timed)
+    return [m is None or m <= limit for m in meds]
+
+
 def geomean(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     if not vals:

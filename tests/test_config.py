@@ -57,6 +57,8 @@ def test_defaults_fill_in(tmp_path):
     ("timing: {min_runs: 50, max_runs: 10}", "timing.max_runs"),
     ("timing: {rounds: 0}", "timing.rounds"),
     ("timing: {speedup_quantile: 0.9}", "timing.speedup_quantile"),
+    ("timing: {phase_slack: 0.9}", "timing.phase_slack"),
+    ("timing: {phase_slack: .inf}", "timing.phase_slack"),
 ])
 def test_bad_values_name_the_key(tmp_path, extra, needle):
     with pytest.raises(UsageError) as e:

@@ -5,6 +5,7 @@ import pytest
 from harness.stats import (
     Round,
     fast_p,
+    fast_phase,
     geomean,
     mean_cv,
     pooled_ratio,
@@ -104,3 +105,15 @@ def test_launch_floor_is_paired_when_rounds_timed_one():
     assert paired_launch_floor(rounds, 20.0) == 32.0
     assert paired_launch_floor([Round(reference=(9.0,), candidate=(3.0,))], 20.0) == 20.0
     assert paired_launch_floor([], None) is None
+
+
+def test_rounds_timed_in_a_slow_host_phase_are_left_out():
+    def rnd(launch):
+        return Round(reference=(100.0,), candidate=(30.0,), launch=launch)
+
+    rounds = [rnd((22.0, 21.0, 23.0)), rnd((40.0, 41.0)), rnd((25.0,)), rnd((26.5,)), rnd(())]
+    assert fast_phase(rounds, 1.2) == [True, False, True, False, True]  # 26.5 > 1.2 * 22; no launch: kept
+    assert fast_phase(rounds, 2.0) == [True] * 5
+    assert fast_phase(rounds, 1.0) == [True, False, False, False, True]  # only the fastest phase
+    assert fast_phase([rnd(()), rnd(())], 1.2) == [True, True]
+    assert fast_phase([], 1.2) == []
