@@ -29,7 +29,7 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
     rows = []
     for shape, d in per_shape.items():
         if len(d["speedup"]) < 2:
-            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "", "not enough correct runs"])
+            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "", "", "", "", "not enough correct runs"])
             continue
         sm, scv = mean_cv(d["speedup"])
         tm, tcv = mean_cv(d["time_us"])
@@ -38,15 +38,16 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
         acv = f"{100 * mean_cv(d['all_rounds'])[1]:.2f}%" if len(d["all_rounds"]) == len(d["speedup"]) else ""
         ecv = f"{100 * mean_cv(d['every_round'])[1]:.2f}%" if len(d["every_round"]) == len(d["speedup"]) else ""
         rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", ecv, acv, f"{tm:.1f}", f"{100 * tcv:.2f}%",
-                     f"{100 * rcv:.2f}%", f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
+                     f"{100 * rcv:.2f}%", f"{sum(x > 0 for x in d['extra'])} ({sum(d['extra'])})", d["flagged"],
+                     f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
     return (f"\n{runs} separate evaluations of {name} on {device}; a record's speedup is its reference's "
             f"{quantile:g} quantile over its candidate's (timing.speedup_quantile), every call of each side pooled "
             "over the rounds in the host's fast phase (timing.phase_slack); 'CV, every round': the same quantiles over "
             "every round, slow phases included; 'CV, median ratio': the median over a run's rounds of the per-round "
             "ratio of medians, the estimator before (L2 or cache flushed before each call).\n\n"
             + md_table(["shape", "runs", "speedup mean", "speedup CV", "CV, every round", "CV, median ratio",
-                        "time us mean", "time CV",
-                        "reference time CV", "target"], rows))
+                        "time us mean", "time CV", "reference time CV", "runs with extra rounds (rounds)",
+                        "slow_host_phase", "target"], rows))
 
 
 def lean_config(path: Path, folder: Path, timing: dict, name: str = "stability.yaml") -> Path:
@@ -79,7 +80,8 @@ def main() -> None:
         config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
                              f"stability{'-' + tag if tag else ''}.yaml")
         arms.append((b, tag, config, {}))
-    quantile = load_config(arms[0][2]).timing.speedup_quantile
+    timing = load_config(arms[0][2]).timing
+    quantile, rounds = timing.speedup_quantile, timing.rounds
     device = ""
     for i in range(args.runs):
         for k, (_, tag, config, per_shape) in enumerate(arms):
@@ -93,9 +95,11 @@ def main() -> None:
                       f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), "
                       f"time/copy {r.get('copy_ratio')}, {r.get('eval_seconds'):.2f} s", flush=True)
                 d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": [], "all_rounds": [],
-                                                      "every_round": []})
+                                                      "every_round": [], "extra": [], "flagged": 0})
                 if r["status"] == "correct":
                     d["speedup"].append(r["speedup"])
+                    d["extra"].append(max(0, len(r.get("rounds") or []) - rounds))
+                    d["flagged"] += "slow_host_phase" in r["flags"]
                     if r.get("rounds"):
                         d["all_rounds"].append(statistics.median(x["reference_us"] / x["time_us"] for x in r["rounds"]))
                     if r.get("times_file"):

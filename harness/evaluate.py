@@ -64,6 +64,7 @@ class LaneContext:
     gate: object = None
     turn: DeviceTurn = field(default_factory=DeviceTurn)
     keep: Callable[[str, bytes], Path] | None = None
+    fastest_launch_us: float | None = None  # the lowest empty-launch median the lane has timed: the fast phase
 
 
 @contextlib.contextmanager
@@ -320,12 +321,19 @@ class CandidateEvaluation:
         self.lane.turn.open_to_spares(False)
         n = plan.config.timing.rounds
         base = plan.time_seed(shape.name)
-        pair = n > 1 and self.lane.timings.get(shape.name, RefTiming()).eager is not None
+        ref_t = self.lane.timings.get(shape.name, RefTiming())
+        pair = n > 1 and ref_t.eager is not None
+        floors = [x for x in (self.lane.fastest_launch_us, ref_t.floor_launch.median_us if ref_t.floor_launch else None)
+                  if x is not None]
+        ev.lane_launch_us = min(floors) if floors else None
         batches: list[tuple[int, dict]] = []
         rounds: list[Round] = []
-        for k in range(n):
+        k = 0
+        while k < n or (pair and k < n + plan.config.timing.phase_extra_rounds
+                        and verdict.slow_phase(rounds, ev.lane_launch_us)):
             base_k = base if k == 0 else derive(base, "round", k)
             loop = round_loop(loop_settings(plan), k, n)
+            k += 1
             with self._phase("timing"):
                 r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
             batches.append((base_k, r))
@@ -333,12 +341,15 @@ class CandidateEvaluation:
                 continue
             try:
                 with self._phase("reference rounds"), self.worker.frozen():
-                    paired = self.lane.ref.time_round(shape, derive(base, "reference round", k),
+                    paired = self.lane.ref.time_round(shape, derive(base, "reference round", k - 1),
                                                       dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
             except (RuntimeError, WorkerGone):
                 pair, rounds = False, []
                 continue
             rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
+        launches = [quantile(sorted(r.launch), 0.5) for r in rounds if r.launch]
+        if launches:
+            self.lane.fastest_launch_us = min(launches + floors)
         ev.rounds = rounds
         ev.floor_launch_us = paired_launch_floor(rounds, ev.floor_launch_us)
         ev.times_file = self._keep_raw(shape, rounds)
@@ -491,7 +502,7 @@ class CandidateEvaluation:
             time_us=t.median_us if t else None, gpu_time_us=ev.graph.median_us if ev.graph else None,
             ref_time_us=ref_eager, ref_compile_time_us=ref_compiled,
             ref_gpu_time_us=ref_t.graph.median_us if ref_t.graph else None,
-            floor_launch_us=ev.floor_launch_us,
+            floor_launch_us=ev.floor_launch_us, lane_launch_us=ev.lane_launch_us,
             floor_read_us=ref_t.floor_read.median_us if ref_t.floor_read else None,
             floor_copy_us=floor_copy, copy_ratio=copy_ratio,
             max_abs_err=max_abs, max_rel_err=max_rel,

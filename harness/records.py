@@ -31,6 +31,7 @@ class Record:
     ref_compile_time_us: float | None = None
     ref_gpu_time_us: float | None = None
     floor_launch_us: float | None = None
+    lane_launch_us: float | None = None
     floor_read_us: float | None = None
     floor_copy_us: float | None = None
     copy_ratio: float | None = None

@@ -113,8 +113,9 @@ def fast_phase(rounds: Sequence[Round], slack: float) -> list[bool]:
     it rather than averaged in. Recomputed over the raw times of 10 separate evaluations in two calls
     (seventeenth session), slack 1.2 took seed's speedup CV from 3.05% and 13.83% to 2.97% and 2.81%, and
     deepseek's from 4.03% and 1.15% to 1.73% and 1.47%; it cannot help a record spent wholly in a slow phase
-    (docs/benchmarks.md, nineteenth session). Leaving rounds out can only favour a candidate that could make
-    the launch slow in its bad rounds, and the candidate's processes are stopped while the launch is timed."""
+    (docs/benchmarks.md, nineteenth session; verdict.slow_phase handles those). A candidate would gain from
+    this only by slowing the launch in the rounds where it was slow itself, and its processes are stopped
+    while the launch is timed."""
     meds = [quantile(sorted(r.launch), 0.5) if r.launch else None for r in rounds]
     timed = [m for m in meds if m is not None]
     if not timed:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .check import Comparison
-from .stats import Measurement, Round
+from .stats import Measurement, Round, quantile
 
 STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
 
@@ -29,6 +29,7 @@ INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "misma
 INFO = {
     "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
     "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
+    "slow_host_phase": "every round's empty launch was over 1.5x the lane's fastest: the speedup is the slow phase's",
 }
 
 # Thresholds, each with its reason.
@@ -39,6 +40,10 @@ HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the calibrated g
 HOST_GAP_REL = 0.2                # ... plus 20% of the call's own time
 TIMER_RATIO = 0.5                 # reported time under half what the judge's clock saw
 TIMER_SLACK_US = 50.0             # IPC jitter allowance for the judge's clock
+SLOW_PHASE_RATIO = 1.5            # a record whose every round's empty launch is over 1.5x the lane's fastest ran
+                                  # wholly in a slow host phase, where the speedup itself moves (H200, nineteenth
+                                  # session: launches of 39-58 us against 19-21 us read 3.5-9% higher speedups;
+                                  # 29-37 us within 1.5%)
 
 
 @dataclass
@@ -101,6 +106,7 @@ class Evidence:
     min_bytes: int = 0
     calibration: Calibration | None = None
     floor_launch_us: float | None = None
+    lane_launch_us: float | None = None
     tampered: list[str] = field(default_factory=list)
 
 
@@ -181,6 +187,14 @@ def timer_contradicts(reported_us: float, judge_call_us: float) -> bool:
     return reported_us < TIMER_RATIO * judge_call_us - TIMER_SLACK_US
 
 
+def slow_phase(rounds: list[Round], lane_launch_us: float | None) -> bool:
+    """Every round timed its empty launch (median) over SLOW_PHASE_RATIO times the lane's fastest before this
+    record: no round of it ran in the host's fast phase. The judge then times more rounds
+    (`timing.phase_extra_rounds`) to wait the phase out, and flags the record if none lands in the fast one."""
+    meds = [quantile(sorted(r.launch), 0.5) for r in rounds if r.launch]
+    return bool(meds) and lane_launch_us is not None and min(meds) > SLOW_PHASE_RATIO * lane_launch_us
+
+
 def info_flags(e: Evidence) -> list[str]:
     flags = []
     floor = e.floor_launch_us or (e.calibration.empty_launch_us if e.calibration is not None else None)
@@ -189,6 +203,8 @@ def info_flags(e: Evidence) -> list[str]:
             flags.append("launch_bound")
     if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
         flags.append("not_graph_safe")
+    if e.timing is not None and e.device == "cuda" and slow_phase(e.rounds, e.lane_launch_us):
+        flags.append("slow_host_phase")
     return flags
 
 
