@@ -84,7 +84,11 @@ fifteenth sessions, H200):
   dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
   failing check whose message formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200, sixteenth session (docs/benchmarks.md), 6 separate evaluations
+Measured with the harness on the H200, nineteenth session (docs/benchmarks.md), 15 separate evaluations in
+two calls: time over a copy of the same bytes 1.07-1.10x at wide, 1.06-1.09x at mixtral (target 1.10x: met in
+every run), 1.08-1.18x at deepseek (met in 5 of 15); 2.72-2.84x eager at wide (target 3x: missed), where the
+eager reference itself was 2.93-3.09x a copy of the same bytes timed in the same rounds, so 3x there would
+need a kernel faster than a copy. Sixteenth session, 6 separate evaluations
 (5 stability runs and the roofline run): time over a copy of the same bytes 1.08-1.09x at wide, 1.07-1.10x
 at mixtral, 1.09-1.13x at deepseek (target 1.10x: met at wide and mixtral in every run, at deepseek in 1 of
 6); 2.72-2.75x eager at wide (target 3x: missed). Fifteenth session, a slower host (empty launch 22-56 us),
