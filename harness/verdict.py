@@ -42,8 +42,8 @@ TIMER_RATIO = 0.5                 # reported time under half what the judge's cl
 TIMER_SLACK_US = 50.0             # IPC jitter allowance for the judge's clock
 SLOW_PHASE_RATIO = 1.5            # a record whose every round's empty launch is over 1.5x the lane's fastest ran
                                   # wholly in a slow host phase, where the speedup itself moves (H200, nineteenth
-                                  # session: launches of 39-58 us against 19-21 us read 3.5-9% higher speedups;
-                                  # 29-37 us within 1.5%)
+                                  # session: launches of 39-58 us against 19-21 us read speedups 3.7-9.9% above
+                                  # the other runs' mean; 29-37 us within 1.5%)
 
 
 @dataclass
