@@ -347,7 +347,7 @@ class CandidateEvaluation:
                 pair, rounds = False, []
                 continue
             rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
-        launches = [quantile(sorted(r.launch), 0.5) for r in rounds if r.launch]
+        launches = [r.launch_median for r in rounds if r.launch]
         if launches:
             self.lane.fastest_launch_us = min(launches + floors)
         ev.rounds = rounds

@@ -83,6 +83,11 @@ class Round:
     copy: tuple[float, ...] = ()
     launch: tuple[float, ...] = ()
 
+    @property
+    def launch_median(self) -> float | None:
+        """The round's empty-launch median: the host's phase while the round was timed."""
+        return quantile(sorted(self.launch), 0.5) if self.launch else None
+
     def medians(self) -> dict:
         return {k: (round(quantile(sorted(v), 0.5), 3) if v else None)
                 for k, v in (("reference_us", self.reference), ("time_us", self.candidate),
@@ -116,7 +121,7 @@ def fast_phase(rounds: Sequence[Round], slack: float) -> list[bool]:
     (docs/benchmarks.md, nineteenth session; verdict.slow_phase handles those). A candidate would gain from
     this only by slowing the launch in the rounds where it was slow itself, and its processes are stopped
     while the launch is timed."""
-    meds = [quantile(sorted(r.launch), 0.5) if r.launch else None for r in rounds]
+    meds = [r.launch_median for r in rounds]
     timed = [m for m in meds if m is not None]
     if not timed:
         return [True] * len(rounds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .check import Comparison
-from .stats import Measurement, Round, quantile
+from .stats import Measurement, Round
 
 STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
 
@@ -191,7 +191,7 @@ def slow_phase(rounds: list[Round], lane_launch_us: float | None) -> bool:
     """Every round timed its empty launch (median) over SLOW_PHASE_RATIO times the lane's fastest before this
     record: no round of it ran in the host's fast phase. The judge then times more rounds
     (`timing.phase_extra_rounds`) to wait the phase out, and flags the record if none lands in the fast one."""
-    meds = [quantile(sorted(r.launch), 0.5) for r in rounds if r.launch]
+    meds = [r.launch_median for r in rounds if r.launch]
     return bool(meds) and lane_launch_us is not None and min(meds) > SLOW_PHASE_RATIO * lane_launch_us
 
 
