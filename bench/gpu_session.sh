@@ -74,6 +74,8 @@ for step in "$@"; do
       timeout "$t" $PY bench/draw_repeat.py ${DRAWREPEAT_ARGS:-} > "$OUT/draw_repeat.log" 2>&1 ;;
     feedcost)
       timeout "$t" $PY bench/feed_cost.py ${FEEDCOST_ARGS:-} > "$OUT/feed_cost.log" 2>&1 ;;
+    offset)
+      timeout "$t" $PY bench/process_offset.py ${OFFSET_ARGS:-} > "$OUT/offset.log" 2>&1 ;;
     overhead)
       timeout "$t" $PY bench/overhead.py ${OVERHEAD_ARGS:-} > "$OUT/overhead.log" 2>&1 ;;
     roofline)

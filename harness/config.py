@@ -57,6 +57,7 @@ class TimingSettings:
     speedup_quantile: float = 0.1
     phase_slack: float = 1.2
     phase_extra_rounds: int = 5
+    phase_min_rounds: int = 3
 
 
 @dataclass(frozen=True)
@@ -225,7 +226,7 @@ def load_config(path: str | Path) -> Config:
     tim = top.sub("timing")
     tim.only(("target_rse", "warmup_ms", "min_runs", "max_runs", "budget_s", "speedup_metric",
               "compile_reference", "graph", "rounds", "speedup_quantile", "phase_slack",
-              "phase_extra_rounds"))
+              "phase_extra_rounds", "phase_min_rounds"))
     timing = TimingSettings(
         target_rse=tim.number("target_rse", 0.005, 0.0, 1.0, lo_open=True),
         warmup_ms=tim.number("warmup_ms", 25.0, 0.0),
@@ -239,6 +240,7 @@ def load_config(path: str | Path) -> Config:
         speedup_quantile=tim.number("speedup_quantile", 0.1, 0.0, 0.5, lo_open=True),
         phase_slack=tim.number("phase_slack", 1.2, 1.0),
         phase_extra_rounds=tim.integer("phase_extra_rounds", 5, 0),
+        phase_min_rounds=tim.integer("phase_min_rounds", 3, 1),
     )
     if timing.max_runs < timing.min_runs:
         tim.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)

@@ -28,7 +28,7 @@ from .fingerprint import OVERWRITTEN
 from .records import Record
 from .reference import DeviceTurn, ReferenceRunner, ReferenceStore, RefTiming, short_loop
 from .seeds import derive
-from .stats import Round, fast_phase, pooled_ratio, quantile, summarize
+from .stats import Round, fast_phase, few_fast, pooled_ratio, quantile, summarize
 from .verdict import CheckOutcome, Evidence, TimedVerification
 from .workers import WorkerGone, WorkerHandle, judge_timed
 
@@ -329,8 +329,10 @@ class CandidateEvaluation:
         batches: list[tuple[int, dict]] = []
         rounds: list[Round] = []
         k = 0
-        while k < n or (pair and k < n + plan.config.timing.phase_extra_rounds
-                        and verdict.slow_phase(rounds, ev.lane_launch_us)):
+        tim = plan.config.timing
+        while k < n or (pair and k < n + tim.phase_extra_rounds
+                        and (verdict.slow_phase(rounds, ev.lane_launch_us)
+                             or few_fast(rounds, tim.phase_slack, min(tim.phase_min_rounds, n)))):
             base_k = base if k == 0 else derive(base, "round", k)
             loop = round_loop(loop_settings(plan), k, n)
             k += 1

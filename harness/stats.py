@@ -129,6 +129,14 @@ def fast_phase(rounds: Sequence[Round], slack: float) -> list[bool]:
     return [m is None or m <= limit for m in meds]
 
 
+def few_fast(rounds: Sequence[Round], slack: float, least: int) -> bool:
+    """Fewer than `least` rounds in the record's fast phase (`fast_phase`): its speedup would rest on one or
+    two rounds' calls, and one round's own noise then moves it (deepseek, nineteenth session: the one round
+    kept of five read its candidate 5% slow, and the record's speedup 5% under the other runs'). The judge
+    then times more rounds (`timing.phase_extra_rounds`) until enough are fast."""
+    return sum(fast_phase(rounds, slack)) < least
+
+
 def geomean(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     if not vals:

@@ -60,6 +60,7 @@ def test_defaults_fill_in(tmp_path):
     ("timing: {phase_slack: 0.9}", "timing.phase_slack"),
     ("timing: {phase_slack: .inf}", "timing.phase_slack"),
     ("timing: {phase_extra_rounds: -1}", "timing.phase_extra_rounds"),
+    ("timing: {phase_min_rounds: 0}", "timing.phase_min_rounds"),
 ])
 def test_bad_values_name_the_key(tmp_path, extra, needle):
     with pytest.raises(UsageError) as e:

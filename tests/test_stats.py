@@ -6,6 +6,7 @@ from harness.stats import (
     Round,
     fast_p,
     fast_phase,
+    few_fast,
     geomean,
     mean_cv,
     pooled_ratio,
@@ -117,3 +118,16 @@ def test_rounds_timed_in_a_slow_host_phase_are_left_out():
     assert fast_phase(rounds, 1.0) == [True, False, False, False, True]  # only the fastest phase
     assert fast_phase([rnd(()), rnd(())], 1.2) == [True, True]
     assert fast_phase([], 1.2) == []
+
+
+def test_a_record_with_too_few_fast_rounds_asks_for_more():
+    def rnd(launch):
+        return Round(reference=(100.0,), candidate=(30.0,), launch=(launch,))
+
+    rounds = [rnd(40.0), rnd(27.0), rnd(26.0), rnd(27.0), rnd(19.0)]  # deepseek, nineteenth session: 1 kept
+    assert few_fast(rounds, 1.2, 3)
+    assert not few_fast(rounds, 1.2, 1)
+    assert not few_fast(rounds, 1.5, 3)  # 27 <= 1.5 * 19: four kept
+    assert few_fast(rounds + [rnd(20.0)], 1.2, 3)
+    assert not few_fast(rounds + [rnd(20.0), rnd(22.0)], 1.2, 3)
+    assert few_fast(rounds + [rnd(15.0)], 1.2, 3)  # a faster round resets the phase: it alone is kept
