@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,13 +13,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_eval(*args: str, log: Path | None = None) -> tuple[float, Path, int]:
-    """Run run_eval.py; return wall seconds, output folder and exit code (the folder is --out's value)."""
+def run_eval(*args: str, log: Path | None = None, env: dict | None = None) -> tuple[float, Path, int]:
+    """Run run_eval.py; return wall seconds, output folder and exit code (the folder is --out's value);
+    `env` adds environment variables (its workers inherit them)."""
     out = Path(args[args.index("--out") + 1])
     t0 = time.monotonic()
     with open(log or out.with_suffix(".log"), "w") as f:
         rc = subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, stdout=f,
-                            stderr=subprocess.STDOUT).returncode
+                            stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {}))).returncode
     return time.monotonic() - t0, out, rc
 
 

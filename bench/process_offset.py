@@ -3,7 +3,7 @@ per arm (all pinned to the lane's core, spin-wait asked, as workers are), each l
 candidate and an empty launch at one shape, then asks them in turn, in shuffled order, pass after pass, to
 time each (the harness's clock: flush, persisting-L2 reset, sync, events around the call).
 
-    python bench/process_offset.py [--procs 4] [--passes 12] [--calls 60] [--shape seed]
+    python bench/process_offset.py [--procs 4] [--passes 12] [--calls 60] [--shape seed] [--arms ...]
 
 A pass's figures share the host's phase, so each figure is divided by the median over every process of the
 same pass; what is left is each process's own offset plus noise. Per arm and figure the table prints the
@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=60, help="calls per figure per pass; the 10th percentile is kept")
     ap.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)))
     ap.add_argument("--cache", default=str(REPO / ".cache" / "kbh"))
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of the script with a C++ candidate")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -113,7 +114,7 @@ def main() -> None:
         return subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=no_aslr if aslr_off else None)
 
-    order = [arm for _ in range(args.procs) for arm in ARMS]
+    order = [arm for _ in range(args.procs) for arm in args.arms]
     first = start(order[0])  # alone: it builds the candidate if the cache lacks it
     procs.append((order[0], first, json.loads(first.stdout.readline())))
     started = [(arm, start(arm)) for arm in order[1:]]
@@ -142,7 +143,7 @@ def main() -> None:
     print("| arm | figure | median (us or x) | spread between processes (CV of their medians) | noise alone would "
           "leave | process medians, relative |")
     print("|---|---|---:|---:|---:|---|")
-    for arm in ARMS:
+    for arm in args.arms:
         mine = [i for i, (a, _, _) in enumerate(procs) if a == arm]
         for fig in FIGURES:
             norm = {}

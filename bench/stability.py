@@ -3,6 +3,7 @@ seeds, fresh reference timings), then per shape the mean and coefficient of vari
 
     python bench/stability.py [--solution FILE] [--runs 5] [--config configs/pack_tokens.yaml]
     python bench/stability.py --budget 0.5 1.0 --runs 5    # an A/B: the budgets take turns, run by run
+    python bench/stability.py --env PYTHONHASHSEED=0 --runs 5   # an A/B: without and with the variables
 
 Targets on the H200: CV <= 1% on shapes over 50 us, <= 3% on the seed shape. With several budgets the runs
 alternate between them (0.5, 1.0, 0.5, 1.0, ...), so a drift of the machine over the session lands on both.
@@ -68,32 +69,41 @@ def main() -> None:
                     help="override timing.budget_s; several values: the runs alternate between them")
     ap.add_argument("--quantile", type=float, default=None, help="override timing.speedup_quantile")
     ap.add_argument("--phase-slack", type=float, default=None, help="override timing.phase_slack")
+    ap.add_argument("--env", nargs="*", default=None, metavar="KEY=VALUE",
+                    help="a second arm with these environment variables (the judge's and its workers'); "
+                         "the runs alternate between the two")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     base.mkdir(parents=True, exist_ok=True)
     overrides = {k: v for k, v in (("rounds", args.rounds), ("speedup_quantile", args.quantile),
                                    ("phase_slack", args.phase_slack)) if v is not None}
-    arms = []  # (budget or None, file-name tag, config, per-shape figures)
+    arms = []  # (label, file-name tag, config, per-shape figures, environment)
+    extra = dict(kv.split("=", 1) for kv in args.env) if args.env else None
     for b in args.budget or [None]:
-        tag = "" if b is None else f"budget{b:g}".replace(".", "p")
-        config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
-                             f"stability{'-' + tag if tag else ''}.yaml")
-        arms.append((b, tag, config, {}))
+        for env in [None, extra] if extra else [None]:
+            label = " ".join(filter(None, [f"budget {b:g} s" if b is not None else "",
+                                           " ".join(f"{k}={v}" for k, v in env.items()) if env else ""]))
+            tag = "-".join(filter(None, [f"budget{b:g}".replace(".", "p") if b is not None else "",
+                                         "env" if env else ("noenv" if extra else "")]))
+            config = lean_config(Path(args.config), base, overrides | ({"budget_s": b} if b is not None else {}),
+                                 f"stability{'-' + tag if tag else ''}.yaml")
+            arms.append((label, tag, config, {}, env))
     timing = load_config(arms[0][2]).timing
     quantile, rounds = timing.speedup_quantile, timing.rounds
     device = ""
     for i in range(args.runs):
-        for k, (_, tag, config, per_shape) in enumerate(arms):
+        for k, (_, tag, config, per_shape, env) in enumerate(arms):
             folder = base / (f"{tag}-run{i}" if tag else f"run{i}")
             wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
-                                     *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(folder))
+                                     *(["--shapes", *args.shapes] if args.shapes else []), "--out", str(folder),
+                                     env=env)
             device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
             for r in records(out):
                 print(f"  {r['shape']}: {r['status']}, time {r.get('time_us')} us, reference {r.get('ref_time_us')} us, "
                       f"floors launch {r.get('floor_launch_us')} read {r.get('floor_read_us')} copy {r.get('floor_copy_us')} "
                       f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), "
-                      f"time/copy {r.get('copy_ratio')}, {r.get('eval_seconds'):.2f} s", flush=True)
+                      f"time/copy {r.get('copy_ratio')}, {r.get('eval_seconds') or 0:.2f} s", flush=True)
                 d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": [], "all_rounds": [],
                                                       "every_round": [], "extra": [], "flagged": 0})
                 if r["status"] == "correct":
@@ -110,10 +120,10 @@ def main() -> None:
                     d["time_us"].append(r["time_us"])
                     d["ref"].append(r["ref_time_us"])
             print(f"run {i}{' ' + tag if tag else ''}: {wall:.0f} s, exit {rc}", flush=True)
-            for j, (b, _, _, ps) in enumerate(arms):
+            for j, (label, _, _, ps, _) in enumerate(arms):
                 if ps:
                     done = i + 1 if j <= k else i
-                    print((f"\nbudget {b:g} s:" if b is not None else "")
+                    print((f"\n{label or 'as run'}:" if len(arms) > 1 else "")
                           + render(ps, device, Path(args.solution).name, done, quantile), flush=True)
 
 
