@@ -74,6 +74,14 @@ def _await_stop(pid: int, limit_s: float = 0.5) -> None:
         time.sleep(0.0005)
 
 
+# Every worker hashes strings the same way. With Python's per-process random hash seed, 3 of 9 processes on the
+# H200 host timed the seed reference 3.7-7.0% slow in every pass of an interleaved comparison, the host's phase
+# divided out; none of 18 with a fixed seed was off by more than 2.5% (bench/process_offset.py, docs/benchmarks.md,
+# twentieth session). The reference and the candidate run in separate processes, so such an offset went into
+# the speedup of one evaluation and not the next.
+WORKER_HASH_SEED = "0"
+
+
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
                  identity: Identity | None = None):
@@ -87,6 +95,7 @@ class WorkerHandle:
         self.identity = identity
         if identity is not None:
             full_env.update(identity.env())
+        full_env["PYTHONHASHSEED"] = WORKER_HASH_SEED
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "ab")

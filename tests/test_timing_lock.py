@@ -190,6 +190,23 @@ def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
         w.kill()
 
 
+def test_workers_hash_strings_with_one_fixed_seed_whatever_the_caller_asks(tmp_path):
+    """A random hash seed per process gave some worker processes a lasting offset in host-bound times."""
+    from conftest import REPO
+    from harness.workers import WorkerHandle
+
+    ws = [WorkerHandle(repo_root=REPO, env={"PYTHONHASHSEED": "random"}, log_path=tmp_path / f"w{i}.log",
+                       cwd=tmp_path, trusted=False) for i in range(2)]
+    try:
+        for w in ws:
+            assert w.request("ping", 120.0).get("ok")
+            env = dict(kv.split("=", 1) for kv in open(f"/proc/{w.proc.pid}/environ").read().split("\0") if "=" in kv)
+            assert env["PYTHONHASHSEED"] == "0"
+    finally:
+        for w in ws:
+            w.kill()
+
+
 def test_spares_take_the_turn_only_while_the_lane_opens_it():
     turn = DeviceTurn()
     got = threading.Event()
