@@ -30,7 +30,7 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
     rows = []
     for shape, d in per_shape.items():
         if len(d["speedup"]) < 2:
-            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "", "", "", "", "not enough correct runs"])
+            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "", "", "", "", "", "not enough correct runs"])
             continue
         sm, scv = mean_cv(d["speedup"])
         tm, tcv = mean_cv(d["time_us"])
@@ -38,15 +38,17 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
         limit = 0.03 if shape == "seed" else (0.01 if tm > 50 else 0.03)
         acv = f"{100 * mean_cv(d['all_rounds'])[1]:.2f}%" if len(d["all_rounds"]) == len(d["speedup"]) else ""
         ecv = f"{100 * mean_cv(d['every_round'])[1]:.2f}%" if len(d["every_round"]) == len(d["speedup"]) else ""
-        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", ecv, acv, f"{tm:.1f}", f"{100 * tcv:.2f}%",
+        ucv = f"{100 * mean_cv(d['unflagged'])[1]:.2f}% ({len(d['unflagged'])})" if len(d["unflagged"]) > 1 else ""
+        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", ucv, ecv, acv, f"{tm:.1f}", f"{100 * tcv:.2f}%",
                      f"{100 * rcv:.2f}%", f"{sum(x > 0 for x in d['extra'])} ({sum(d['extra'])})", d["flagged"],
                      f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
     return (f"\n{runs} separate evaluations of {name} on {device}; a record's speedup is its reference's "
             f"{quantile:g} quantile over its candidate's (timing.speedup_quantile), every call of each side pooled "
             "over the rounds in the host's fast phase (timing.phase_slack); 'CV, every round': the same quantiles over "
-            "every round, slow phases included; 'CV, median ratio': the median over a run's rounds of the per-round "
+            "every round, slow phases included; 'CV, flagged left out': without the records flagged slow_host_phase; "
+            "'CV, median ratio': the median over a run's rounds of the per-round "
             "ratio of medians, the estimator before (L2 or cache flushed before each call).\n\n"
-            + md_table(["shape", "runs", "speedup mean", "speedup CV", "CV, every round", "CV, median ratio",
+            + md_table(["shape", "runs", "speedup mean", "speedup CV", "CV, flagged left out (runs)", "CV, every round", "CV, median ratio",
                         "time us mean", "time CV", "reference time CV", "runs with extra rounds (rounds)",
                         "slow_host_phase", "target"], rows))
 
@@ -105,11 +107,14 @@ def main() -> None:
                       f"us, speedup {r.get('speedup')} (rounds {r.get('speedup_rounds')}), "
                       f"time/copy {r.get('copy_ratio')}, {r.get('eval_seconds') or 0:.2f} s", flush=True)
                 d = per_shape.setdefault(r["shape"], {"speedup": [], "time_us": [], "ref": [], "all_rounds": [],
-                                                      "every_round": [], "extra": [], "flagged": 0})
+                                                      "every_round": [], "extra": [], "flagged": 0,
+                                                      "unflagged": []})
                 if r["status"] == "correct":
                     d["speedup"].append(r["speedup"])
                     d["extra"].append(max(0, len(r.get("rounds") or []) - rounds))
                     d["flagged"] += "slow_host_phase" in r["flags"]
+                    if "slow_host_phase" not in r["flags"]:
+                        d["unflagged"].append(r["speedup"])
                     if r.get("rounds"):
                         d["all_rounds"].append(statistics.median(x["reference_us"] / x["time_us"] for x in r["rounds"]))
                     if r.get("times_file"):
