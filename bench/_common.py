@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_eval(*args: str, log: Path | None = None, env: dict | None = None) -> tuple[float, Path, int]:
     """Run run_eval.py; return wall seconds, output folder and exit code (the folder is --out's value);
-    `env` adds environment variables (its workers inherit them)."""
+    `env` adds environment variables (its workers inherit them, but for PYTHONHASHSEED: always 0 there)."""
     out = Path(args[args.index("--out") + 1])
     t0 = time.monotonic()
     with open(log or out.with_suffix(".log"), "w") as f:

@@ -11,8 +11,10 @@ spread between processes (CV of their medians over passes) beside what the noise
 spread within a process over passes, times 1.25 / sqrt(passes)): a spread well over that is a per-process
 offset, which the speedup of separate evaluations inherits and more rounds in one process cannot average out.
 
-Arms: the environment workers get; PYTHONHASHSEED fixed (dict layouts the same in every process); the same
-with address-space randomization off (personality ADDR_NO_RANDOMIZE, where the host allows it).
+Arms: Python's random hash seed per process (what workers got until the twentieth session, reported as "as
+workers" in its first two calls); PYTHONHASHSEED fixed (what workers get now: string hashes, and so dict
+layouts, the same in every process); the same with address-space randomization off (personality
+ADDR_NO_RANDOMIZE, where the host allows it).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 ADDR_NO_RANDOMIZE = 0x0040000
-ARMS = {"as workers": ({}, False), "PYTHONHASHSEED=0": ({"PYTHONHASHSEED": "0"}, False),
+ARMS = {"random hash seed": ({}, False), "PYTHONHASHSEED=0": ({"PYTHONHASHSEED": "0"}, False),
         "hash seed 0, no ASLR": ({"PYTHONHASHSEED": "0"}, True)}
 FIGURES = ("reference", "candidate", "launch", "speedup")
 
@@ -111,7 +113,8 @@ def main() -> None:
 
     def start(arm: str):
         env, aslr_off = ARMS[arm]
-        return subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(REPO), **env), stdin=subprocess.PIPE,
+        base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+        return subprocess.Popen(cmd, env=dict(base, PYTHONPATH=str(REPO), **env), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, cwd=REPO, preexec_fn=no_aslr if aslr_off else None)
 
     order = [arm for _ in range(args.procs) for arm in args.arms]

@@ -3,7 +3,7 @@ seeds, fresh reference timings), then per shape the mean and coefficient of vari
 
     python bench/stability.py [--solution FILE] [--runs 5] [--config configs/pack_tokens.yaml]
     python bench/stability.py --budget 0.5 1.0 --runs 5    # an A/B: the budgets take turns, run by run
-    python bench/stability.py --env PYTHONHASHSEED=0 --runs 5   # an A/B: without and with the variables
+    python bench/stability.py --env CUDA_DEVICE_MAX_CONNECTIONS=1 --runs 5   # an A/B: without and with the variables
 
 Targets on the H200: CV <= 1% on shapes over 50 us, <= 3% on the seed shape. With several budgets the runs
 alternate between them (0.5, 1.0, 0.5, 1.0, ...), so a drift of the machine over the session lands on both.
@@ -24,13 +24,17 @@ sys.path.insert(0, str(REPO))
 from harness.config import load_config  # noqa: E402
 from harness.stats import mean_cv, pooled_ratio  # noqa: E402
 
+HEADER = ["shape", "runs", "speedup mean", "speedup CV", "CV, flagged left out (runs)", "CV, every round",
+          "CV, median ratio", "time us mean", "time CV", "reference time CV", "runs with extra rounds (rounds)",
+          "slow_host_phase", "target"]
+
 
 def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) -> str:
     """The table so far: printed after every evaluation, so a cut-short session still leaves one."""
     rows = []
     for shape, d in per_shape.items():
         if len(d["speedup"]) < 2:
-            rows.append([shape, len(d["speedup"]), "", "", "", "", "", "", "", "", "", "", "not enough correct runs"])
+            rows.append([shape, len(d["speedup"])] + [""] * (len(HEADER) - 3) + ["not enough correct runs"])
             continue
         sm, scv = mean_cv(d["speedup"])
         tm, tcv = mean_cv(d["time_us"])
@@ -48,9 +52,7 @@ def render(per_shape: dict, device: str, name: str, runs: int, quantile: float) 
             "every round, slow phases included; 'CV, flagged left out': without the records flagged slow_host_phase; "
             "'CV, median ratio': the median over a run's rounds of the per-round "
             "ratio of medians, the estimator before (L2 or cache flushed before each call).\n\n"
-            + md_table(["shape", "runs", "speedup mean", "speedup CV", "CV, flagged left out (runs)", "CV, every round", "CV, median ratio",
-                        "time us mean", "time CV", "reference time CV", "runs with extra rounds (rounds)",
-                        "slow_host_phase", "target"], rows))
+            + md_table(HEADER, rows))
 
 
 def lean_config(path: Path, folder: Path, timing: dict, name: str = "stability.yaml") -> Path:
@@ -72,7 +74,8 @@ def main() -> None:
     ap.add_argument("--quantile", type=float, default=None, help="override timing.speedup_quantile")
     ap.add_argument("--phase-slack", type=float, default=None, help="override timing.phase_slack")
     ap.add_argument("--env", nargs="*", default=None, metavar="KEY=VALUE",
-                    help="a second arm with these environment variables (the judge's and its workers'); "
+                    help="a second arm with these environment variables (the judge's and its workers', "
+                         "but workers always get PYTHONHASHSEED=0); "
                          "the runs alternate between the two")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import secrets
@@ -317,9 +318,9 @@ class CandidateEvaluation:
         and the copy floor on the same device, with the candidate's processes stopped meanwhile: both sides of
         a speedup are timed in alternation, within a second of each other (stats.pooled_ratio). Returns each
         round's base seed and reply."""
-        plan = self.plan
+        plan, tim = self.plan, self.plan.config.timing
         self.lane.turn.open_to_spares(False)
-        n = plan.config.timing.rounds
+        n = tim.rounds
         base = plan.time_seed(shape.name)
         ref_t = self.lane.timings.get(shape.name, RefTiming())
         pair = n > 1 and ref_t.eager is not None
@@ -328,14 +329,18 @@ class CandidateEvaluation:
         ev.lane_launch_us = min(floors) if floors else None
         batches: list[tuple[int, dict]] = []
         rounds: list[Round] = []
-        k = 0
-        tim = plan.config.timing
-        while k < n or (pair and k < n + tim.phase_extra_rounds
-                        and (verdict.slow_phase(rounds, ev.lane_launch_us)
-                             or few_fast(rounds, tim.phase_slack, min(tim.phase_min_rounds, n)))):
+
+        def wanted(k: int) -> bool:
+            """The configured rounds, then extra ones while the host's phase asks for them."""
+            return k < n or (pair and k < n + tim.phase_extra_rounds
+                             and (verdict.slow_phase(rounds, ev.lane_launch_us)
+                                  or few_fast(rounds, tim.phase_slack, min(tim.phase_min_rounds, n))))
+
+        for k in itertools.count():
+            if not wanted(k):
+                break
             base_k = base if k == 0 else derive(base, "round", k)
             loop = round_loop(loop_settings(plan), k, n)
-            k += 1
             with self._phase("timing"):
                 r = self._ask("time", deadline, base_seed=base_k, loop=loop, verify=True, projection=projection)
             batches.append((base_k, r))
@@ -343,7 +348,7 @@ class CandidateEvaluation:
                 continue
             try:
                 with self._phase("reference rounds"), self.worker.frozen():
-                    paired = self.lane.ref.time_round(shape, derive(base, "reference round", k - 1),
+                    paired = self.lane.ref.time_round(shape, derive(base, "reference round", k),
                                                       dict(loop, budget_s=loop["budget_s"] / 4), ev.min_bytes)
             except (RuntimeError, WorkerGone):
                 pair, rounds = False, []
