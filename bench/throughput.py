@@ -12,9 +12,12 @@ Targets on the H200 host: the cold batch in at most 3x one cold build's time; th
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from _common import REPO, md_table, records, renamed, run_eval, run_json, with_timing
@@ -45,7 +48,8 @@ def main() -> None:
     fresh = [str(renamed(Path(c), base / "candidates_new", "_new")) for c in cands]
     for label in ("cold", "warm", "new") if args.new else ("cold", "warm"):
         batch = fresh if label == "new" else cands
-        wall, out, rc = run_eval(*common, "--solution", *batch, "--cache", str(batch_cache), "--out", str(base / label))
+        with CpuTrace() as trace:
+            wall, out, rc = run_eval(*common, "--solution", *batch, "--cache", str(batch_cache), "--out", str(base / label))
         walls[label] = wall
         run = run_json(out)
         rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
@@ -53,6 +57,10 @@ def main() -> None:
         print(breakdown(run, records(out)))
         print(f"\n{label} batch: header {run.get('pch')}; builds compiled with it: "
               f"{sum(bool(b.get('pch')) for b in run['builds'].values())} of {n}")
+        print(f"\n{label} batch: the host's CPUs ({os.cpu_count()}), per {trace.BIN_S:.0f} s of the run: % of all CPUs "
+              "busy, split into niced processes (builds and their compilers) and the rest (judge, workers, "
+              "header); runnable processes (mean of samples every 0.5 s); builds ended in the bin\n")
+        print(trace.table(build_ends(run)))
         print(f"\n{label} batch: timeline (s since run_eval.py started)\n")
         print(md_table(["event", "s"], [[k, f"{v:.1f}"] for k, v in (run.get("timeline_s") or {}).items()]))
         for lane, spent in (run.get("reference_seconds") or {}).items():
@@ -88,6 +96,74 @@ def main() -> None:
         print(f"\none cold build: {one_build:.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
               f"{walls['cold'] / one_build:.2f} (target <= 3)")
     print(f"warm batch per candidate = {walls['warm'] / n:.2f} s (target <= 3); runs in {base}")
+
+
+class CpuTrace:
+    """/proc/stat sampled every half second while a batch runs: whether the builds keep every CPU busy (a cold
+    batch's wall is its builds) or leave CPUs idle at its start or tail, where scheduling could win time."""
+
+    BIN_S = 5.0
+
+    def __init__(self):
+        self.samples: list[tuple[float, list[int], int]] = []
+        self._stop = threading.Event()
+
+    def _read(self) -> None:
+        try:
+            lines = Path("/proc/stat").read_text().splitlines()
+        except OSError:
+            return
+        cpu = [int(x) for x in lines[0].split()[1:9]]
+        running = next((int(ln.split()[1]) for ln in lines if ln.startswith("procs_running")), 0)
+        self.samples.append((time.monotonic(), cpu, running))
+
+    def __enter__(self):
+        self._read()
+
+        def loop():
+            while not self._stop.wait(0.5):
+                self._read()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._read()
+
+    def table(self, ends: list[float]) -> str:
+        if len(self.samples) < 2:
+            return "(no /proc/stat)"
+        t0 = self.samples[0][0]
+        bins: dict[int, list] = {}
+        for (_, a, _), (tb, b, run) in zip(self.samples, self.samples[1:]):
+            d = [y - x for x, y in zip(a, b)]
+            total = sum(d) or 1
+            acc = bins.setdefault(int((tb - t0) // self.BIN_S), [0, 0, 0, 0, 0])
+            # columns of /proc/stat's cpu line: user nice system idle iowait irq softirq steal
+            acc[0] += total
+            acc[1] += total - d[3] - d[4]
+            acc[2] += d[1]
+            acc[3] += run
+            acc[4] += 1
+        rows = []
+        for k in sorted(bins):
+            total, busy, nice, run, n = bins[k]
+            lo = k * self.BIN_S
+            done = sum(lo <= e < lo + self.BIN_S for e in ends)
+            rows.append([f"{lo:.0f}-{lo + self.BIN_S:.0f}", f"{100 * busy / total:.0f}", f"{100 * nice / total:.0f}",
+                         f"{100 * (busy - nice) / total:.0f}", f"{run / n:.1f}", done or ""])
+        return md_table(["s", "busy %", "niced %", "other %", "runnable", "builds ended"], rows)
+
+
+def build_ends(run: dict) -> list[float]:
+    """Each compiled build's end in seconds since the run's start (builds start together at `builds_started`)."""
+    start = (run.get("timeline_s") or {}).get("builds_started")
+    if start is None:
+        return []
+    return [start + b["seconds"] for b in run["builds"].values() if not b.get("memo")]
 
 
 def summary_row(label: str, wall: float, out: Path) -> list:
