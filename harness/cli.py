@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import isolation
+from . import forkserver, isolation
 from .build import default_jobs
 from .config import STATIC_POLICIES, load_config
 from .errors import UsageError
@@ -131,11 +131,16 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    spawn_early(REPO_ROOT, early_spares(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    if forkserver.wanted(argv):
+        forkserver.start(REPO_ROOT)
+    else:
+        spawn_early(REPO_ROOT, early_spares(argv))
     try:
         return _run(args, console)
     finally:
         discard_early()
+        forkserver.stop()
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import isolation, report, static_checks
+from . import forkserver, isolation, report, static_checks
 from .build import (
     BuildPool,
     BuildResult,
@@ -396,6 +396,8 @@ class Runner:
             data["timeline_s"] = dict(self.timeline)
             data["lane_seconds"] = {str(k): {n: round(v, 3) for n, v in d.items()} for k, d in self.lane_seconds.items()}
             data["spares"] = list(self.spare_log)
+            server = forkserver.current()
+            data["fork_server"] = server.summary() if server is not None else None
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         tmp.replace(self.out / "run.json")

@@ -821,8 +821,9 @@ class Worker:
         return {}
 
 
-def main() -> None:
-    conn = Connection(int(sys.argv[1]))
+def main(fd: int | None = None) -> None:
+    """Serve the judge on the connection FD (argv[1] when run as a module; the fork server passes it)."""
+    conn = Connection(int(sys.argv[1]) if fd is None else fd)
     importlib.import_module("torch._dynamo")  # before the first command: a worker started early imports it meanwhile
     Worker(conn, _age()).serve()
     sys.stdout.flush()

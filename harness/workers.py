@@ -18,6 +18,7 @@ import time
 from multiprocessing import Pipe
 from pathlib import Path
 
+from . import forkserver
 from .isolation import Identity
 
 MAX_REPLY_BYTES = 64 * 2**20
@@ -34,6 +35,8 @@ class WorkerGone(Exception):
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "worker stopped answering"
+    if code == forkserver.LOST:
+        return "worker ended; its exit status went with the fork server"
     if code < 0:
         try:
             return f"worker killed by {signal.Signals(-code).name}"
@@ -86,20 +89,15 @@ class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
                  identity: Identity | None = None):
         parent, child = Pipe(duplex=True)
-        full_env = dict(os.environ)
-        full_env.update(env)
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-        full_env["PYTHONUNBUFFERED"] = "1"
-        # draws run in torch's deterministic mode (problem.deterministic_draw), where cuBLAS needs a fixed workspace
-        full_env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         self.identity = identity
-        if identity is not None:
-            full_env.update(identity.env())
-        full_env["PYTHONHASHSEED"] = WORKER_HASH_SEED
+        full_env = forkserver.worker_env(repo_root, dict(env, **(identity.env() if identity else {})))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
+        server = forkserver.current() if identity is None else None
+        proc = server.fork(full_env, self.own_folder(cwd), child.fileno(), self._log.fileno()) if server else None
+        self.forked = proc is not None
+        self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             cwd=self.own_folder(cwd), env=full_env, start_new_session=True, **(identity.popen() if identity else {}),

@@ -144,9 +144,20 @@ def test_unchanged_candidate_reuses_its_build(run_eval, bundled):
     assert not (again.out / "logs" / "cpu_cpp.build.log").exists()  # no build process ran
 
 
+def test_a_runs_workers_are_forks_of_one_server(run_eval):
+    """The reference worker and the candidate's are forked from the judge's fork server, not started afresh."""
+    res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny")
+    assert res.rc == 0, res.stderr
+    assert res.by("python_cpu")["status"] == "correct"
+    server = res.run_json["fork_server"]
+    assert server["status"] == "ready" and server["forks"] == 2 and server["declined"] == 0, server
+    assert res.run_json["spares"][0]["early"] is False
+
+
 def test_a_spare_started_with_the_judge_evaluates_a_candidate(run_eval):
+    """Without a fork server (KBH_FORK_SERVER=0, or --isolate for the reference), workers start with the judge."""
     res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny",
-                   env={"KBH_EARLY_SPARES": "1"})
+                   env={"KBH_EARLY_SPARES": "1", "KBH_FORK_SERVER": "0"})
     assert res.rc == 0, res.stderr
     assert res.by("python_cpu")["status"] == "correct"
     spares = res.run_json["spares"]

@@ -151,3 +151,11 @@ def test_two_lanes_share_one_gpu(run_eval):
     assert {r["lane"] for r in res.records} == {0, 1}
     assert all(r["status"] == "correct" for r in res.records), [
         (r["solution"], r["status"], r["flags"], r["message"]) for r in res.records]
+
+
+def test_the_runs_workers_were_forked_from_a_server_without_the_cuda_driver(bundled):
+    """Every worker of the bundled run is a fork of the judge's fork server, which imported torch but never started
+    the CUDA driver (a fork after that cannot use the GPU): the records above came from forked workers."""
+    server = bundled.run_json["fork_server"]
+    assert server["status"] == "ready" and server["cuda_loaded"] is False, server
+    assert server["forks"] >= 1 + len(bundled.run_json["builds"]) and server["declined"] == 0, server

@@ -1,0 +1,303 @@
+"""A fork server for workers: one trusted process imports torch and the worker's modules once, and every worker
+is a fork of it, ready in milliseconds instead of a fresh interpreter's torch and dynamo imports.
+
+On the H200 host a worker's start took 9.6-11 s under a batch's load, one per candidate (run.json `spares`,
+twenty-first session): in a cold batch that is CPU taken from the builds, in a warm one the reference's late
+start. The server never runs candidate code and never touches the GPU (it refuses to fork once the CUDA driver is
+loaded in it). A fork is the same as a fresh worker but for what an interpreter reads at its start: the server
+starts with a worker's environment, and a worker whose environment differs in anything but the lane's keys (which
+a worker reads only after its start, as `init` applies them to early workers) is started the old way. Each child
+leaves the server's session, drops its control socket, and is reaped only when the judge asks (as a Popen child
+is), so its pid is never reused under the judge's hand.
+
+    python -m harness.forkserver FD   (started by the judge; FD: its end of the control socket)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
+                       "TRITON_CACHE_DIR"})
+"""The lane's keys: read after a worker starts (`init` applies them to early workers the same way)."""
+
+START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_", "GOMP_",
+                  "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")
+"""Variables an interpreter, torch or the harness may read while starting or importing: a worker whose value
+differs from the server's (other than LATE_KEYS) is started afresh. Any other variable is only read later, from
+os.environ, which the child sets to the worker's whole environment."""
+
+READY_TIMEOUT_S = 180.0
+REPLY_TIMEOUT_S = 30.0
+LOST = -255
+"""Exit code of a forked worker whose status went with a fork server that died first."""
+
+
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def _cuda_loaded() -> bool:
+    """Whether the CUDA driver has started in this process: children forked after that cannot use the GPU. Mapped
+    but not started (cuInit never called) is safe; asking the driver for its device count does not start it."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "libcuda.so" in line})
+    except OSError:
+        return False
+    for path in paths:
+        try:
+            count = ctypes.c_int(0)
+            if ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED:
+                return True
+        except (OSError, AttributeError):
+            return True
+    return False
+
+
+# -- the server ---------------------------------------------------------------------------------------
+def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
+    """Become the worker: own session, the log as stdout and stderr, the worker's cwd and environment."""
+    code = 1
+    try:
+        ctrl.close()
+        conn_fd, log_fd = fds
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(null)
+        os.close(log_fd)
+        os.chdir(msg["cwd"])
+        os.environ.clear()
+        os.environ.update(msg["env"])
+        from .worker import main
+
+        main(conn_fd)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(fd: int) -> None:
+    import gc
+    import importlib
+
+    ctrl = socket.socket(fileno=fd)
+    t0 = time.monotonic()
+    importlib.import_module("harness.worker")
+    importlib.import_module("torch._dynamo")
+    gc.collect()
+    gc.freeze()
+    ctrl.send(json.dumps({"ready": True, "import_s": round(time.monotonic() - t0, 3),
+                          "cuda_loaded": _cuda_loaded(), "threads": len(os.listdir("/proc/self/task"))}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 2)
+        except OSError:
+            break
+        if not data:
+            break
+        msg = json.loads(data)
+        reply: dict = {}
+        if msg["op"] == "fork":
+            if _cuda_loaded():
+                reply = {"error": "the CUDA driver is loaded in the fork server"}
+            else:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(ctrl, fds, msg)
+                reply = {"pid": pid}
+        elif msg["op"] == "poll":
+            try:
+                done, status = os.waitpid(msg["pid"], os.WNOHANG)
+                reply = {"code": os.waitstatus_to_exitcode(status) if done else None}
+            except ChildProcessError:
+                reply = {"code": LOST}
+        for f in fds:
+            os.close(f)
+        ctrl.send(json.dumps(reply).encode())
+    os._exit(0)
+
+
+# -- the judge's side -------------------------------------------------------------------------------
+class ForkedProc:
+    """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.poll(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.002)
+        return self.returncode
+
+
+class ForkServer:
+    def __init__(self, env: dict[str, str]):
+        self.env = dict(env)
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fd, log = tempfile.mkstemp(prefix="kbh-forkserver-", suffix=".log")
+        self.log_path = Path(log)
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.forkserver", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
+                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        os.close(fd)
+        theirs.close()
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.status = "starting"
+        self.info: dict = {}
+        self.forks = 0
+        self.declined = 0
+
+    def _ready(self) -> bool:
+        """Wait for the server's imports (once); False if it failed: the judge then starts workers the old way."""
+        if self.status == "starting":
+            self._sock.settimeout(READY_TIMEOUT_S)
+            try:
+                self.info = json.loads(self._sock.recv(1 << 16) or b"{}")
+            except (OSError, ValueError):
+                self.info = {}
+            ok = self.info.get("ready") and not self.info.get("cuda_loaded")
+            self.status = "ready" if ok else "failed"
+            self.info["ready_after_s"] = round(time.monotonic() - self.started, 2)
+            if not ok:
+                self._stop_server()
+        return self.status == "ready"
+
+    def _ask(self, msg: dict, fds: tuple[int, ...] = ()) -> dict | None:
+        try:
+            self._sock.settimeout(REPLY_TIMEOUT_S)
+            socket.send_fds(self._sock, [json.dumps(msg).encode()], list(fds))
+            data = self._sock.recv(1 << 16)
+            if not data:
+                raise OSError("fork server closed its socket")
+            return json.loads(data)
+        except (OSError, ValueError):
+            self.status = "lost"
+            self._stop_server()
+            return None
+
+    def fork(self, env: dict[str, str], cwd: Path, conn_fd: int, log_fd: int) -> ForkedProc | None:
+        """A worker forked with this environment and cwd, or None where a fresh process is needed (an environment
+        that differs in what an interpreter reads at its start) or the server is gone."""
+        differs = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)
+                   and k.startswith(START_PREFIXES) and k not in LATE_KEYS}
+        with self.lock:
+            if differs or not self._ready():
+                self.declined += 1
+                return None
+            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd)}, (conn_fd, log_fd))
+            if not reply or "pid" not in reply:
+                self.declined += 1
+                return None
+            self.forks += 1
+            return ForkedProc(self, reply["pid"])
+
+    def poll(self, pid: int) -> int | None:
+        with self.lock:
+            if self.status == "ready":
+                reply = self._ask({"op": "poll", "pid": pid})
+                if reply is not None:
+                    return reply.get("code")
+        # the server is gone: its children were handed to init, which reaps them
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return LOST
+        return LOST if state in ("Z", "X") else None
+
+    def _stop_server(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> None:
+        """Stop the server (its forked workers are the judge's to stop) and drop its log."""
+        if self.status in ("starting", "ready"):
+            self.status = "closed"
+        self._stop_server()
+        self._sock.close()
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+    def summary(self) -> dict:
+        return {"status": self.status, "forks": self.forks, "declined": self.declined, **self.info}
+
+
+_CURRENT: list[ForkServer] = []
+
+
+def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker process starts with: the judge's, the repo on PYTHONPATH, unbuffered output, the
+    draws' cuBLAS workspace, the fixed hash seed (workers.WORKER_HASH_SEED), then extra."""
+    from .workers import WORKER_HASH_SEED
+
+    env = dict(os.environ)
+    env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    # draws run in torch's deterministic mode (problem.deterministic_draw), where cuBLAS needs a fixed workspace
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    env["PYTHONHASHSEED"] = WORKER_HASH_SEED
+    return env
+
+
+def wanted(argv: list[str]) -> bool:
+    """A fork server for runs that start workers as the judge's own user: not --build-only (no workers), not
+    --isolate (workers under users of their own); KBH_FORK_SERVER=0 turns it off."""
+    if os.environ.get("KBH_FORK_SERVER", "1") == "0":
+        return False
+    return "--build-only" not in argv and "--isolate" not in argv
+
+
+def start(repo_root: Path) -> ForkServer:
+    stop()
+    server = ForkServer(worker_env(repo_root))
+    _CURRENT.append(server)
+    return server
+
+
+def current() -> ForkServer | None:
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def stop() -> None:
+    while _CURRENT:
+        _CURRENT.pop().close()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

@@ -1,0 +1,132 @@
+"""Workers forked from one server that imported torch once (harness.forkserver): the same worker as a fresh process
+in what the judge relies on (session, cwd, environment, log, exit status), with no way back to the server."""
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+PROBLEM = """
+import os
+import torch
+print("PROBE", os.environ.get("KBH_TOOLCHAIN"), flush=True)
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    return [torch.ones(4)]
+"""
+
+
+@pytest.fixture()
+def server():
+    from harness import forkserver
+
+    s = forkserver.start(REPO)
+    yield s
+    forkserver.stop()
+
+
+def _handle(tmp_path, name="w", env=None, trusted=True):
+    from harness.workers import WorkerHandle
+
+    return WorkerHandle(repo_root=REPO, env=env or {}, log_path=tmp_path / f"{name}.log", cwd=tmp_path, trusted=trusted)
+
+
+def _stat(pid: int) -> list[str]:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+
+
+def test_a_forked_worker_has_its_own_session_cwd_environment_and_log(server, tmp_path):
+    w = _handle(tmp_path, env={"KBH_TOOLCHAIN": "lane-toolchain"})
+    try:
+        assert w.forked and isinstance(w.proc.pid, int)
+        src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": PROBLEM}
+        reply = w.request("init", 120, role="reference", device="cpu", problem_src=src, fp_seed=1,
+                          cache_dir=str(tmp_path / "cache"))
+        assert reply["ok"], reply
+        state, ppid, pgrp, session = _stat(w.proc.pid)[:4]
+        assert int(ppid) == server.proc.pid  # a fork, not a fresh interpreter
+        assert int(pgrp) == int(session) == w.proc.pid  # killpg and SIGSTOP reach it and only it
+        assert os.readlink(f"/proc/{w.proc.pid}/cwd") == str(tmp_path)
+        assert "PROBE lane-toolchain" in (tmp_path / "w.log").read_text()
+        assert server.summary()["forks"] == 1 and server.summary()["status"] == "ready"
+    finally:
+        w.close()
+    assert w.proc.returncode is not None and not os.path.exists(f"/proc/{w.proc.pid}")
+
+
+def test_a_forked_worker_holds_no_socket_but_its_own(server, tmp_path):
+    """The server's control socket is closed in the child: a candidate cannot ask the server for forks or for
+    another worker's exit status."""
+    w = _handle(tmp_path, trusted=False)
+    try:
+        assert w.forked and w.request("ping", 60).get("ok")
+        fd_dir = f"/proc/{w.proc.pid}/fd"
+        sockets = [f for f in os.listdir(fd_dir) if os.readlink(f"{fd_dir}/{f}").startswith("socket:")]
+        assert len(sockets) == 1
+    finally:
+        w.kill()
+
+
+def test_a_crash_in_a_forked_worker_reads_as_the_signal_that_killed_it(server, tmp_path):
+    from harness.workers import WorkerGone
+
+    w = _handle(tmp_path, trusted=False)
+    assert w.forked and w.request("ping", 60).get("ok")
+    os.kill(w.proc.pid, signal.SIGSEGV)
+    with pytest.raises(WorkerGone) as e:
+        w.request("ping", 30)
+    assert e.value.kind == "died" and "SIGSEGV" in str(e.value)
+    assert w.proc.returncode == -signal.SIGSEGV
+    assert not os.path.exists(f"/proc/{w.proc.pid}")  # reaped once the judge asked, as a Popen child is
+
+
+def test_a_worker_whose_start_environment_differs_is_started_fresh(server, tmp_path):
+    """PYTHON* variables act at an interpreter's start, which a fork does not have."""
+    w = _handle(tmp_path, env={"PYTHONWARNINGS": "ignore::UserWarning"})
+    try:
+        assert not w.forked and isinstance(w.proc, subprocess.Popen)
+        assert w.request("ping", 120).get("ok")
+        assert server.summary()["declined"] == 1
+    finally:
+        w.kill()
+
+
+def test_workers_start_fresh_once_the_server_is_gone(server, tmp_path):
+    from harness import forkserver
+
+    first = _handle(tmp_path, name="first")
+    assert first.forked and first.request("ping", 60).get("ok")
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    try:
+        assert first.proc.poll() is None  # still alive: read from /proc, not from the dead server
+        assert first.request("ping", 60).get("ok")
+        second = _handle(tmp_path, name="second")
+        try:
+            assert not second.forked and second.request("ping", 120).get("ok")
+        finally:
+            second.kill()
+    finally:
+        first.kill()
+    assert first.proc.returncode in (forkserver.LOST, -signal.SIGKILL)
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    (["c.yaml"], {}, True),
+    (["c.yaml", "--device", "cpu"], {}, True),
+    (["c.yaml", "--build-only"], {}, False),
+    (["c.yaml", "--isolate"], {}, False),
+    (["c.yaml"], {"KBH_FORK_SERVER": "0"}, False),
+])
+def test_a_fork_server_where_workers_run_as_the_judges_user(monkeypatch, argv, env, expected):
+    from harness import forkserver
+
+    monkeypatch.delenv("KBH_FORK_SERVER", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert forkserver.wanted(argv) is expected
