@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import isolation
+from . import forkserver, isolation
 from .extcache import adopt_staged, build_memo_key, memo_lookup, memo_store, partial_header
 from .workers import groups_stopped
 
@@ -121,10 +121,9 @@ def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
 
 
 def _harness_env(repo_root: Path, env: dict[str, str]) -> dict[str, str]:
-    """The judge's environment with env on top, for a process that runs `python -m harness...` from anywhere."""
-    full = dict(os.environ, **env, PYTHONUNBUFFERED="1")
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-    return full
+    """The judge's environment with env on top, for a process that runs `python -m harness...` from anywhere: a
+    worker's (forkserver.worker_env), so that a build can be forked from the fork server."""
+    return forkserver.worker_env(repo_root, env)
 
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
@@ -170,9 +169,12 @@ def _build_process(cand: Candidate, root: Path, memo_key: str, full_env: dict, i
     with open(log_path, "ab") as log:
         log.write(f"== build {cand.path} ==\n".encode())
         log.flush()
-        proc = subprocess.Popen([sys.executable, "-m", "harness.build_worker", str(cand.copy_path), str(result_path),
-                                 str(root)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd, env=full_env, start_new_session=True, **as_user)
+        args = [str(cand.copy_path), str(result_path), str(root)]
+        server = forkserver.current() if ident is None else None
+        proc = server.fork(full_env, cwd, log.fileno(), build=args) if server else None
+        proc = proc or subprocess.Popen([sys.executable, "-m", "harness.build_worker", *args],
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=cwd, env=full_env, start_new_session=True, **as_user)
         if cores:
             try:
                 os.sched_setaffinity(proc.pid, cores)

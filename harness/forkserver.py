@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -28,8 +29,9 @@ import time
 from pathlib import Path
 
 LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
-                       "TRITON_CACHE_DIR"})
-"""The lane's keys: read after a worker starts (`init` applies them to early workers the same way)."""
+                       "TRITON_CACHE_DIR", "KBH_PCH"})
+"""The lane's keys, read after a worker starts (`init` applies them to early workers the same way), and a build's,
+read when it compiles."""
 
 START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_", "GOMP_",
                   "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")
@@ -68,11 +70,11 @@ def _cuda_loaded() -> bool:
 
 # -- the server ---------------------------------------------------------------------------------------
 def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
-    """Become the worker: own session, the log as stdout and stderr, the worker's cwd and environment."""
+    """Become the worker (or the build): own session, the log as stdout and stderr, its cwd and environment."""
     code = 1
     try:
         ctrl.close()
-        conn_fd, log_fd = fds
+        log_fd = fds[0]
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -83,10 +85,15 @@ def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg["env"])
-        from .worker import main
+        if msg.get("build"):
+            from .build_worker import main as build
 
-        main(conn_fd)
-        code = 0
+            code = build(*msg["build"])
+        else:
+            from .worker import main
+
+            main(fds[1])
+            code = 0
     except BaseException:
         import traceback
 
@@ -143,24 +150,39 @@ def serve(fd: int) -> None:
 
 # -- the judge's side -------------------------------------------------------------------------------
 class ForkedProc:
-    """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it."""
+    """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it.
+    wait() sleeps on a pidfd (readable once the process has exited; its pid is not reused before the server reaps
+    it, which it does only when asked), so a build waited for minutes costs no requests."""
 
     def __init__(self, server: ForkServer, pid: int):
         self.server = server
         self.pid = pid
         self.returncode: int | None = None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.poll(self.pid)
+            if self.returncode is not None and self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001
         while self.poll() is None:
-            if end is not None and time.monotonic() > end:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.002)
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [], left)
+            else:
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(0.05, 2 * pause)
         return self.returncode
 
 
@@ -210,16 +232,19 @@ class ForkServer:
             self._stop_server()
             return None
 
-    def fork(self, env: dict[str, str], cwd: Path, conn_fd: int, log_fd: int) -> ForkedProc | None:
-        """A worker forked with this environment and cwd, or None where a fresh process is needed (an environment
-        that differs in what an interpreter reads at its start) or the server is gone."""
+    def fork(self, env: dict[str, str], cwd: Path, log_fd: int, conn_fd: int | None = None,
+             build: list[str] | None = None) -> ForkedProc | None:
+        """A worker serving the judge on conn_fd (or a build: `harness.build_worker` with these arguments) forked
+        with this environment and cwd, or None where a fresh process is needed (an environment that differs in
+        what an interpreter reads at its start) or the server is gone."""
         differs = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)
                    and k.startswith(START_PREFIXES) and k not in LATE_KEYS}
         with self.lock:
             if differs or not self._ready():
                 self.declined += 1
                 return None
-            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd)}, (conn_fd, log_fd))
+            fds = (log_fd,) if conn_fd is None else (log_fd, conn_fd)
+            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd), "build": build}, fds)
             if not reply or "pid" not in reply:
                 self.declined += 1
                 return None

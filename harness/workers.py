@@ -95,7 +95,7 @@ class WorkerHandle:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         server = forkserver.current() if identity is None else None
-        proc = server.fork(full_env, self.own_folder(cwd), child.fileno(), self._log.fileno()) if server else None
+        proc = server.fork(full_env, self.own_folder(cwd), self._log.fileno(), child.fileno()) if server else None
         self.forked = proc is not None
         self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())],

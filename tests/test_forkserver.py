@@ -130,3 +130,57 @@ def test_a_fork_server_where_workers_run_as_the_judges_user(monkeypatch, argv, e
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert forkserver.wanted(argv) is expected
+
+
+def test_a_build_is_forked_too_and_runs_at_the_nice_it_was_given(server, tmp_path):
+    from harness.build import run_build, snapshot_candidate
+
+    seen = tmp_path / "seen.txt"
+    path = tmp_path / "cand.py"
+    path.write_text(f"import os\nopen({str(seen)!r}, 'w').write(f'{{os.nice(0)}} {{os.getppid()}} "
+                    f"{{os.environ[\"CUDA_VISIBLE_DEVICES\"]!r}}')\n"
+                    "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    cand = snapshot_candidate(path, "cand", tmp_path / "src")
+    result = run_build(cand, repo_root=REPO, cache_dir=tmp_path / "cache", env={"CUDA_VISIBLE_DEVICES": ""},
+                       timeout_s=120, log_path=tmp_path / "build.log", scratch=tmp_path, cores=None, nice=7)
+    assert result.status == "built", result.message
+    nice, ppid, visible = seen.read_text().split()
+    assert int(nice) == max(7, os.nice(0)) and int(ppid) == server.proc.pid and visible == "''"
+    assert server.summary()["forks"] == 1
+
+
+def test_a_forked_build_past_its_time_limit_is_killed(server, tmp_path):
+    from harness.build import run_build, snapshot_candidate
+
+    path = tmp_path / "slow.py"
+    path.write_text("import time\ntime.sleep(3600)\n")
+    cand = snapshot_candidate(path, "slow", tmp_path / "src")
+    result = run_build(cand, repo_root=REPO, cache_dir=tmp_path / "cache", env={}, timeout_s=3,
+                       log_path=tmp_path / "build.log", scratch=tmp_path, cores=None)
+    assert result.status == "timeout" and server.summary()["forks"] == 1
+
+
+THREADED = """
+import torch
+torch.set_num_threads(2)
+a = torch.randn(1500, 1500)
+CHECK = float((a @ a).sum())
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    return [torch.ones(4)]
+"""
+
+
+def test_a_forked_worker_runs_cpu_work_on_several_threads(server, tmp_path):
+    """torch's CPU thread pool works in a fork (the server itself ran no parallel work)."""
+    w = _handle(tmp_path)
+    try:
+        assert w.forked
+        src = {"name": "threaded", "path": str(tmp_path / "threaded.py"), "text": THREADED}
+        reply = w.request("init", 60, role="reference", device="cpu", problem_src=src, fp_seed=1,
+                          cache_dir=str(tmp_path / "cache"))
+        assert reply["ok"], reply
+    finally:
+        w.kill()

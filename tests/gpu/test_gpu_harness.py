@@ -159,3 +159,28 @@ def test_the_runs_workers_were_forked_from_a_server_without_the_cuda_driver(bund
     server = bundled.run_json["fork_server"]
     assert server["status"] == "ready" and server["cuda_loaded"] is False, server
     assert server["forks"] >= 1 + len(bundled.run_json["builds"]) and server["declined"] == 0, server
+
+
+def test_a_forked_worker_gets_the_gpu_and_runs_cpu_work_on_many_threads(tmp_path):
+    """A fork of the server (torch, dynamo and the worker imported, 16 native threads there on the H200 host)
+    creates its CUDA context and runs torch's CPU thread pool."""
+    from harness import forkserver
+    from harness.workers import WorkerHandle
+
+    problem = ("import torch\ntorch.set_num_threads(8)\na = torch.randn(3000, 3000)\nCHECK = float((a @ a).sum())\n"
+               "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+               "def get_inputs():\n    return [torch.ones(4, device='cuda')]\n")
+    server = forkserver.start(REPO)
+    try:
+        w = WorkerHandle(repo_root=REPO, env={}, log_path=tmp_path / "w.log", cwd=tmp_path, trusted=True)
+        try:
+            assert w.forked
+            src = {"name": "threaded", "path": str(tmp_path / "threaded.py"), "text": problem}
+            reply = w.request("init", 120, role="reference", device="cuda", problem_src=src, fp_seed=1,
+                              cache_dir=str(tmp_path / "cache"))
+            assert reply["ok"], reply
+            assert server.summary()["cuda_loaded"] is False
+        finally:
+            w.kill()
+    finally:
+        forkserver.stop()
