@@ -1,14 +1,14 @@
-"""A fork server for workers: one trusted process imports torch and the worker's modules once, and every worker
-is a fork of it, ready in milliseconds instead of a fresh interpreter's torch and dynamo imports.
+"""A fork server for workers and builds: one trusted process imports torch, dynamo and the worker's modules once,
+and every worker and build is a fork of it, started in milliseconds instead of a fresh interpreter's imports.
 
 On the H200 host a worker's start took 9.6-11 s under a batch's load, one per candidate (run.json `spares`,
-twenty-first session): in a cold batch that is CPU taken from the builds, in a warm one the reference's late
-start. The server never runs candidate code and never touches the GPU (it refuses to fork once the CUDA driver is
-loaded in it). A fork is the same as a fresh worker but for what an interpreter reads at its start: the server
-starts with a worker's environment, and a worker whose environment differs in anything but the lane's keys (which
-a worker reads only after its start, as `init` applies them to early workers) is started the old way. Each child
-leaves the server's session, drops its control socket, and is reaped only when the judge asks (as a Popen child
-is), so its pid is never reused under the judge's hand.
+twenty-first session): in a cold batch, CPU taken from the builds; in a warm one, the reference's late start.
+The server never runs candidate code and never starts the CUDA driver (it refuses to fork once the driver has
+started in it). A fork is the same as a fresh process but for what an interpreter, torch or the harness reads
+while starting: the server starts with a worker's environment, and a process whose environment differs from it in
+such a variable (START_PREFIXES), other than the lane's and a build's keys (LATE_KEYS, read later), is started
+the old way. Each child leaves the server's session, closes the server's socket, and is reaped only when the judge
+asks (as a Popen child is), so its exit status reads the same and its pid is not reused under the judge's hand.
 
     python -m harness.forkserver FD   (started by the judge; FD: its end of the control socket)
 """
@@ -247,6 +247,10 @@ class ForkServer:
             reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd), "build": build}, fds)
             if not reply or "pid" not in reply:
                 self.declined += 1
+                if reply is not None:  # refused (the driver started in it): ask no more
+                    self.status = "refused"
+                    self.info["refused"] = reply.get("error", "")
+                    self._stop_server()
                 return None
             self.forks += 1
             return ForkedProc(self, reply["pid"])
@@ -301,8 +305,9 @@ def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str
 
 
 def wanted(argv: list[str]) -> bool:
-    """A fork server for runs that start workers as the judge's own user: not --build-only (no workers), not
-    --isolate (workers under users of their own); KBH_FORK_SERVER=0 turns it off."""
+    """A fork server for runs that start workers as the judge's own user: not --isolate (workers and builds under
+    users of their own), not --build-only (no workers: its builds start at once, each importing torch alone, where
+    they would wait for the server's longer imports); KBH_FORK_SERVER=0 turns it off."""
     if os.environ.get("KBH_FORK_SERVER", "1") == "0":
         return False
     return "--build-only" not in argv and "--isolate" not in argv
