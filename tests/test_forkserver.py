@@ -184,3 +184,22 @@ def test_a_forked_worker_runs_cpu_work_on_several_threads(server, tmp_path):
         assert reply["ok"], reply
     finally:
         w.kill()
+
+
+def test_a_server_that_fails_to_start_leaves_workers_to_start_afresh(tmp_path):
+    from harness import forkserver
+
+    # harness is importable neither from PYTHONPATH nor from the cwd (PYTHONSAFEPATH): the server's start fails
+    env = dict(forkserver.worker_env(REPO), PYTHONPATH=str(tmp_path / "nowhere"), PYTHONSAFEPATH="1")
+    server = forkserver.ForkServer(env)
+    try:
+        r, w = os.pipe()
+        try:
+            assert server.fork(dict(server.env), tmp_path, w, r) is None
+        finally:
+            os.close(r)
+            os.close(w)
+        assert server.summary()["status"] == "failed" and server.summary()["declined"] == 1
+        assert server.proc.poll() is not None
+    finally:
+        server.close()
