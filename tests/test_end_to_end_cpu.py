@@ -145,12 +145,14 @@ def test_unchanged_candidate_reuses_its_build(run_eval, bundled):
 
 
 def test_a_runs_workers_are_forks_of_one_server(run_eval):
-    """The reference worker and the candidate's are forked from the judge's fork server, not started afresh."""
+    """The reference worker, the candidate's worker and its build (unless the cache's record of earlier builds
+    made it) are forked from the judge's fork server, not started afresh."""
     res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny")
     assert res.rc == 0, res.stderr
     assert res.by("python_cpu")["status"] == "correct"
     server = res.run_json["fork_server"]
-    assert server["status"] == "ready" and server["forks"] == 2 and server["declined"] == 0, server
+    builds = sum(not b["memo"] for b in res.run_json["builds"].values())
+    assert server["status"] == "ready" and server["forks"] == 2 + builds and server["declined"] == 0, server
     assert res.run_json["spares"][0]["early"] is False
 
 
