@@ -15,6 +15,27 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "tests" / "configs"
 CANDIDATES = REPO / "tests" / "candidates"
 
+_IDENTITY_MODEL = """
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    return [torch.ones(4, device="{device}")]
+"""
+
+
+def probe_problem(at_import: str, device: str = "cpu") -> str:
+    """A problem file for worker tests: `at_import` runs when the worker loads it (os and torch imported), then an
+    identity Model on one small input."""
+    return "import os\nimport torch\n" + at_import + _IDENTITY_MODEL.format(device=device)
+
+
+def init_worker(w, tmp_path: Path, text: str, timeout: float = 300, **kwargs) -> dict:
+    """Send a worker its init with the problem text (role reference, device cpu unless kwargs say otherwise)."""
+    args = {"role": "reference", "device": "cpu", "fp_seed": 1, "cache_dir": str(tmp_path / "cache")} | kwargs
+    src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": text}
+    return w.request("init", timeout, problem_src=src, **args)
+
 
 def cuda_available() -> bool:
     try:

@@ -5,18 +5,9 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, init_worker, probe_problem
 
-PROBLEM = """
-import os
-import torch
-print("PROBE", os.environ.get("KBH_PROBE"), flush=True)
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return x
-def get_inputs():
-    return [torch.ones(4)]
-"""
+PROBLEM = probe_problem('print("PROBE", os.environ.get("KBH_PROBE"), flush=True)\n')
 
 
 def test_an_early_worker_gets_its_log_and_its_lanes_environment(tmp_path):
@@ -29,9 +20,7 @@ def test_an_early_worker_gets_its_log_and_its_lanes_environment(tmp_path):
         early_log = w.log_path
         w.move_log(tmp_path / "reference.lane0.log", 60)
         assert not early_log.exists() and w.log_path == tmp_path / "reference.lane0.log"
-        src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": PROBLEM}
-        reply = w.request("init", 300, role="reference", device="cpu", problem_src=src, fp_seed=1,
-                          cache_dir=str(tmp_path / "cache"), env={"KBH_PROBE": "lane-env"})
+        reply = init_worker(w, tmp_path, PROBLEM, env={"KBH_PROBE": "lane-env"})
         assert reply["ok"], reply
         w.request("ping", 30)
         assert "PROBE lane-env" in (tmp_path / "reference.lane0.log").read_text()
@@ -118,12 +107,10 @@ def test_an_early_spare_takes_the_runs_folder_and_its_device_step(tmp_path):
     w = workers.take_early("spare")
     try:
         w.move_log(tmp_path / "spare.lane0.log", 60)
-        src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": PROBLEM}
         scratch = tmp_path / "scratch"
         scratch.mkdir()
-        reply = w.request("init", 300, role="candidate", device="cpu", problem_src=src, fp_seed=1,
-                          cache_dir=str(tmp_path / "cache"), device_now=False, env={"KBH_PROBE": "spare-env"},
-                          cwd=str(scratch))
+        reply = init_worker(w, tmp_path, PROBLEM, role="candidate", device_now=False, env={"KBH_PROBE": "spare-env"},
+                            cwd=str(scratch))
         assert reply["ok"], reply
         assert os.readlink(f"/proc/{w.proc.pid}/cwd") == str(scratch)
         reply = w.request("device", 120, poison_bytes=2**20, holders=5)

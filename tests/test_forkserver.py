@@ -7,18 +7,9 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, init_worker, probe_problem
 
-PROBLEM = """
-import os
-import torch
-print("PROBE", os.environ.get("KBH_TOOLCHAIN"), flush=True)
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return x
-def get_inputs():
-    return [torch.ones(4)]
-"""
+PROBLEM = probe_problem('print("PROBE", os.environ.get("KBH_TOOLCHAIN"), flush=True)\n')
 
 
 @pytest.fixture()
@@ -44,9 +35,7 @@ def test_a_forked_worker_has_its_own_session_cwd_environment_and_log(server, tmp
     w = _handle(tmp_path, env={"KBH_TOOLCHAIN": "lane-toolchain"})
     try:
         assert w.forked and isinstance(w.proc.pid, int)
-        src = {"name": "probe", "path": str(tmp_path / "probe.py"), "text": PROBLEM}
-        reply = w.request("init", 120, role="reference", device="cpu", problem_src=src, fp_seed=1,
-                          cache_dir=str(tmp_path / "cache"))
+        reply = init_worker(w, tmp_path, PROBLEM, timeout=120)
         assert reply["ok"], reply
         state, ppid, pgrp, session = _stat(w.proc.pid)[:4]
         assert int(ppid) == server.proc.pid  # a fork, not a fresh interpreter
@@ -160,17 +149,7 @@ def test_a_forked_build_past_its_time_limit_is_killed(server, tmp_path):
     assert result.status == "timeout" and server.summary()["forks"] == 1
 
 
-THREADED = """
-import torch
-torch.set_num_threads(2)
-a = torch.randn(1500, 1500)
-CHECK = float((a @ a).sum())
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return x
-def get_inputs():
-    return [torch.ones(4)]
-"""
+THREADED = probe_problem("torch.set_num_threads(2)\na = torch.randn(1500, 1500)\nCHECK = float((a @ a).sum())\n")
 
 
 def test_a_forked_worker_runs_cpu_work_on_several_threads(server, tmp_path):
@@ -178,9 +157,7 @@ def test_a_forked_worker_runs_cpu_work_on_several_threads(server, tmp_path):
     w = _handle(tmp_path)
     try:
         assert w.forked
-        src = {"name": "threaded", "path": str(tmp_path / "threaded.py"), "text": THREADED}
-        reply = w.request("init", 60, role="reference", device="cpu", problem_src=src, fp_seed=1,
-                          cache_dir=str(tmp_path / "cache"))
+        reply = init_worker(w, tmp_path, THREADED, timeout=60)
         assert reply["ok"], reply
     finally:
         w.kill()

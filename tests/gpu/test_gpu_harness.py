@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, CONFIGS, REPO, RunResult
+from conftest import CANDIDATES, CONFIGS, REPO, RunResult, init_worker, probe_problem
 from harness.verdict import INFO
 
 pytestmark = pytest.mark.gpu
@@ -169,17 +169,14 @@ def test_a_forked_worker_gets_the_gpu_and_runs_cpu_work_on_many_threads(tmp_path
     from harness import forkserver
     from harness.workers import WorkerHandle
 
-    problem = ("import torch\ntorch.set_num_threads(8)\na = torch.randn(3000, 3000)\nCHECK = float((a @ a).sum())\n"
-               "class Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
-               "def get_inputs():\n    return [torch.ones(4, device='cuda')]\n")
+    problem = probe_problem("torch.set_num_threads(8)\na = torch.randn(3000, 3000)\nCHECK = float((a @ a).sum())\n",
+                            device="cuda")
     server = forkserver.start(REPO)
     try:
         w = WorkerHandle(repo_root=REPO, env={}, log_path=tmp_path / "w.log", cwd=tmp_path, trusted=True)
         try:
             assert w.forked
-            src = {"name": "threaded", "path": str(tmp_path / "threaded.py"), "text": problem}
-            reply = w.request("init", 120, role="reference", device="cuda", problem_src=src, fp_seed=1,
-                              cache_dir=str(tmp_path / "cache"))
+            reply = init_worker(w, tmp_path, problem, timeout=120, device="cuda")
             assert reply["ok"], reply
             assert server.summary()["cuda_loaded"] is False
         finally:
