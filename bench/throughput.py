@@ -55,6 +55,7 @@ def main() -> None:
         rows.append(summary_row(f"16 candidates, {label} cache", wall, out))
         print(f"\n{label} batch: {wall:.1f} s, {wall / n:.1f} s per candidate, exit code {rc}; where the time went\n")
         print(breakdown(run, records(out)))
+        print(f"\n{label} batch: fork server {run.get('fork_server')}")
         print(f"\n{label} batch: header {run.get('pch')}; builds compiled with it: "
               f"{sum(bool(b.get('pch')) for b in run['builds'].values())} of {n}")
         print(f"\n{label} batch: the host's CPUs ({os.cpu_count()}), per {trace.BIN_S:.0f} s of the run: % of all CPUs "
