@@ -152,24 +152,32 @@ def serve(fd: int) -> None:
 class ForkedProc:
     """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it.
     wait() sleeps on a pidfd (readable once the process has exited; its pid is not reused before the server reaps
-    it, which it does only when asked), so a build waited for minutes costs no requests."""
+    it, which it does only when asked), so a build waited for minutes costs no requests. Several threads may wait
+    at once (a spare's start and the pool that stops it): the pidfd is closed only when none is sleeping on it."""
 
     def __init__(self, server: ForkServer, pid: int):
         self.server = server
         self.pid = pid
         self.returncode: int | None = None
+        self._lock = threading.Lock()
+        self._sleeping = 0
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except (AttributeError, OSError):
             self._pidfd = None
 
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None and self._sleeping == 0:
+            os.close(self._pidfd)
+            self._pidfd = None
+
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self.server.poll(self.pid)
-            if self.returncode is not None and self._pidfd is not None:
-                os.close(self._pidfd)
-                self._pidfd = None
-        return self.returncode
+        with self._lock:
+            if self.returncode is None:
+                self.returncode = self.server.poll(self.pid)
+            if self.returncode is not None:
+                self._close_pidfd()
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -178,12 +186,26 @@ class ForkedProc:
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            if self._pidfd is not None:
-                select.select([self._pidfd], [], [], left)
+            with self._lock:
+                fd = self._pidfd
+                self._sleeping += fd is not None
+            if fd is not None:
+                try:
+                    select.select([fd], [], [], left)
+                finally:
+                    with self._lock:
+                        self._sleeping -= 1
             else:
                 time.sleep(pause if left is None else min(pause, left))
                 pause = min(0.05, 2 * pause)
+        with self._lock:
+            self._close_pidfd()
         return self.returncode
+
+    def __del__(self) -> None:
+        if getattr(self, "_pidfd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
 
 
 class ForkServer:

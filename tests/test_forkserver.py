@@ -180,3 +180,27 @@ def test_a_server_that_fails_to_start_leaves_workers_to_start_afresh(tmp_path):
         assert server.proc.poll() is not None
     finally:
         server.close()
+
+
+def test_two_threads_waiting_on_one_forked_worker_both_see_its_end(server, tmp_path):
+    """A spare's start and the pool that stops it can wait on the same worker at once."""
+    import threading
+
+    w = _handle(tmp_path, trusted=False)
+    assert w.forked and w.request("ping", 60).get("ok")
+    codes, errors = [], []
+
+    def wait():
+        try:
+            codes.append(w.proc.wait(timeout=60))
+        except BaseException as e:  # noqa: BLE001 - any error in a waiter fails the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=wait) for _ in range(3)]
+    for t in threads:
+        t.start()
+    os.kill(w.proc.pid, signal.SIGTERM)
+    for t in threads:
+        t.join(90)
+    assert errors == [] and codes == [-signal.SIGTERM] * 3
+    w.kill()
