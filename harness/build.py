@@ -120,19 +120,13 @@ def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
     return env
 
 
-def _harness_env(repo_root: Path, env: dict[str, str]) -> dict[str, str]:
-    """The judge's environment with env on top, for a process that runs `python -m harness...` from anywhere: a
-    worker's (forkserver.worker_env), so that a build can be forked from the fork server."""
-    return forkserver.worker_env(repo_root, env)
-
-
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
               log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0, isolate: bool = False) -> BuildResult:
     """Build in a process of its own, unless the cache holds every extension an earlier build of the same source
     in the same environment made (extcache.memo_lookup): a warm batch then starts no build process, which on
     the H200 host took 5-8 s each, 16 at once beside the reference's and the spares' start (twelfth session)."""
     t0 = time.monotonic()
-    full_env = _harness_env(repo_root, env)
+    full_env = forkserver.worker_env(repo_root, env)
     memo_key = build_memo_key(cand.sha256, full_env)
     root = extension_root(cache_dir, memo_key, isolate)
     ext_root = str(root) if isolate else None
@@ -237,7 +231,7 @@ class HeaderBuild:
         self.seconds: float | None = None
         self.status = "not started"
         self._args = [sys.executable, "-m", "harness.extcache", "--pch", str(cache_dir), toolchain]
-        self._env, self._log, self._timeout, self._cores = _harness_env(repo_root, env), log_path, timeout_s, cores
+        self._env, self._log, self._timeout, self._cores = forkserver.worker_env(repo_root, env), log_path, timeout_s, cores
         self._cache = Path(cache_dir)
         self._proc: subprocess.Popen | None = None
         self._done = threading.Event()

@@ -39,6 +39,14 @@ START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS
 differs from the server's (other than LATE_KEYS) is started afresh. Any other variable is only read later, from
 os.environ, which the child sets to the worker's whole environment."""
 
+# Every worker hashes strings the same way. With Python's per-process random hash seed, 3 of 9 processes on the
+# H200 host timed the seed reference 3.7-7.0% slow in every pass of an interleaved comparison, the host's phase
+# divided out; none of 18 with a fixed seed was off by more than 2.5% (bench/process_offset.py, docs/benchmarks.md,
+# twentieth session). The reference and the candidate run in separate processes, so such an offset went into
+# the speedup of one evaluation and not the next.
+WORKER_HASH_SEED = "0"
+
+
 READY_TIMEOUT_S = 180.0
 REPLY_TIMEOUT_S = 30.0
 LOST = -255
@@ -313,9 +321,7 @@ _CURRENT: list[ForkServer] = []
 
 def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a worker process starts with: the judge's, the repo on PYTHONPATH, unbuffered output, the
-    draws' cuBLAS workspace, the fixed hash seed (workers.WORKER_HASH_SEED), then extra."""
-    from .workers import WORKER_HASH_SEED
-
+    draws' cuBLAS workspace, the fixed hash seed (WORKER_HASH_SEED), then extra."""
     env = dict(os.environ)
     env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))

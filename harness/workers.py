@@ -77,14 +77,6 @@ def _await_stop(pid: int, limit_s: float = 0.5) -> None:
         time.sleep(0.0005)
 
 
-# Every worker hashes strings the same way. With Python's per-process random hash seed, 3 of 9 processes on the
-# H200 host timed the seed reference 3.7-7.0% slow in every pass of an interleaved comparison, the host's phase
-# divided out; none of 18 with a fixed seed was off by more than 2.5% (bench/process_offset.py, docs/benchmarks.md,
-# twentieth session). The reference and the candidate run in separate processes, so such an offset went into
-# the speedup of one evaluation and not the next.
-WORKER_HASH_SEED = "0"
-
-
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
                  identity: Identity | None = None):
@@ -96,7 +88,6 @@ class WorkerHandle:
         self._log = open(log_path, "ab")
         server = forkserver.current() if identity is None else None
         proc = server.fork(full_env, self.own_folder(cwd), self._log.fileno(), child.fileno()) if server else None
-        self.forked = proc is not None
         self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
@@ -107,6 +98,11 @@ class WorkerHandle:
         self.trusted = trusted
         self.alive = True
         self.spawned_at = time.monotonic()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this worker is a fork of the fork server (else a fresh process)."""
+        return isinstance(self.proc, forkserver.ForkedProc)
 
     def send(self, obj: dict) -> None:
         try:
