@@ -77,6 +77,8 @@ def main() -> None:
                     help="a second arm with these environment variables (the judge's and its workers', "
                          "but workers always get PYTHONHASHSEED=0); "
                          "the runs alternate between the two")
+    ap.add_argument("--timing-arm", nargs="*", default=None, metavar="KEY=VALUE",
+                    help="a second arm with these timing keys overridden (YAML values); the runs alternate")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
@@ -85,7 +87,14 @@ def main() -> None:
                                    ("phase_slack", args.phase_slack)) if v is not None}
     arms = []  # (label, file-name tag, config, per-shape figures, environment)
     extra = dict(kv.split("=", 1) for kv in args.env) if args.env else None
-    for b in args.budget or [None]:
+    if args.timing_arm:
+        import yaml
+
+        tweak = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.timing_arm)}
+        for tag, t in (("as-run", {}), ("arm", tweak)):
+            config = lean_config(Path(args.config), base, overrides | t, f"stability-{tag}.yaml")
+            arms.append((" ".join(f"{k}={v}" for k, v in t.items()) or "as configured", tag, config, {}, None))
+    for b in [] if args.timing_arm else args.budget or [None]:
         for env in [None, extra] if extra else [None]:
             label = " ".join(filter(None, [f"budget {b:g} s" if b is not None else "",
                                            " ".join(f"{k}={v}" for k, v in env.items()) if env else ""]))
