@@ -1,4 +1,5 @@
-"""Helpers shared by the bench scripts: run run_eval.py, read its records and run.json."""
+"""Helpers shared by the bench scripts: run run_eval.py, read its records and run.json, write tables, make config
+variants and candidate variants."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+FAST = REPO / "solutions" / "pack_tokens" / "fast_vec16.py"
+CONFIG = REPO / "configs" / "pack_tokens.yaml"
 
 
 def run_eval(*args: str, log: Path | None = None, env: dict | None = None) -> tuple[float, Path, int]:
-    """Run run_eval.py; return wall seconds, output folder and exit code (the folder is --out's value);
-    `env` adds environment variables (its workers inherit them, but for PYTHONHASHSEED: always 0 there)."""
+    """Run run_eval.py; return wall seconds, output folder (--out's value) and exit code; `env` adds environment
+    variables (workers inherit them, but for PYTHONHASHSEED: always 0 there)."""
     out = Path(args[args.index("--out") + 1])
     t0 = time.monotonic()
     with open(log or out.with_suffix(".log"), "w") as f:
@@ -39,21 +43,15 @@ def md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def renamed(src: Path, folder: Path, suffix: str) -> Path:
-    """The candidate with its first extension name (`name="..."`) suffixed: a new build-cache entry for the
-    same compile work. Written as folder/<stem><suffix>.py."""
-    text, k = re.subn(r'name="([^"]+)"', lambda m: f'name="{m.group(1)}{suffix}"', src.read_text(), count=1)
-    if k != 1:
-        raise SystemExit(f"{src}: no extension name to change")
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{src.stem}{suffix}.py"
-    out.write_text(text)
-    return out
+def shape_params(name: str, config: Path = CONFIG) -> dict:
+    from harness.judge.config import load_config
+
+    return dict(next(s for s in load_config(config).shapes if s.name == name).params)
 
 
-def with_timing(path: Path, folder: Path, timing: dict, name: str | None = None, check: dict | None = None) -> Path:
-    """A copy of the config in folder with timing keys overridden, the problem path made absolute and no
-    solutions of its own (a bench names its candidates); `check` overrides check keys."""
+def config_variant(path: Path, folder: Path, timing: dict, name: str | None = None, check: dict | None = None) -> Path:
+    """A copy of the config in folder with timing (and check) keys overridden, the problem path made absolute and
+    no solutions of its own (a bench names its candidates)."""
     import yaml
 
     data = yaml.safe_load(path.read_text())
@@ -64,4 +62,20 @@ def with_timing(path: Path, folder: Path, timing: dict, name: str | None = None,
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / (name or path.name)
     out.write_text(yaml.safe_dump(data))
+    return out
+
+
+def candidate_variant(folder: Path, name: str, constants: dict[str, int] | None = None, suffix: str = "") -> Path:
+    """The fast kernel with module constants set (`THREADS = 128`, ...) and its extension names suffixed: a distinct
+    candidate, so a distinct build, written as folder/<name>.py."""
+    text = FAST.read_text()
+    for key, value in (constants or {}).items():
+        text, n = re.subn(rf"^{key} = \d+", f"{key} = {value}", text, count=1, flags=re.MULTILINE)
+        if n != 1:
+            raise SystemExit(f"{FAST} has no constant {key}")
+    if suffix:
+        text = re.sub(r'name="([^"]+)"', lambda m: f'name="{m.group(1)}{suffix}"', text)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{name}.py"
+    out.write_text(text)
     return out

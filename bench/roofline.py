@@ -1,13 +1,13 @@
 """Roofline table of pack-tokens solutions on the GPU: bytes moved, time, GB/s, the copy of the same
 bytes measured in the same run, speedups, and the issue's targets.
 
-    python bench/roofline.py [--solution FILE ...] [--ablations] [--out DIR] | --run RUN_DIR
+    python bench/roofline.py [--solution FILE ...] [--out DIR] | --run RUN_DIR
 
 Targets (issue: a pack-tokens kernel at the memory-bandwidth limit): on wide, mixtral and deepseek,
 time <= 1.10 x a device-to-device copy of the same bytes, >= 3x eager, faster than torch.compile; on
 seed, time <= 1.3 x (empty launch + one read of a device value to the host). Both references are timed
 per shape through the candidates' own loop (refills, flush and verification between calls): the copy as
-the record's `floor_copy_us`, the launch and read as `floor_read_us` (one read, then one launch). The
+the record's `floors.copy_us`, the launch and read as `floors.read_us` (one read, then one launch). The
 run's calibration (back-to-back calls, nothing between them) is shown beside them for comparison.
 """
 
@@ -17,8 +17,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from _common import REPO, md_table, records, run_eval, run_json
-from variants import ABLATIONS, write
+from _common import CONFIG, FAST, md_table, records, run_eval, run_json
 
 BIG = ("wide", "mixtral", "deepseek")
 
@@ -34,10 +33,11 @@ def table(out: Path) -> str:
         if r["status"] != "correct":
             rows.append([r["solution"], r["shape"], r["status"], "", "", "", "", "", "", "", "", r["message"][:60]])
             continue
-        mb = r["bytes_min"] / 1e6
-        cal_copy_us = r["bytes_min"] / copy_gbps / 1e3
-        copy_us = r.get("floor_copy_us")
-        ratio = r.get("copy_ratio") or (r["time_us"] / copy_us if copy_us else None)
+        t, floors = r["timing"], r["floors"]
+        mb = t["bytes_min"] / 1e6
+        cal_copy_us = t["bytes_min"] / copy_gbps / 1e3
+        copy_us = floors["copy_us"]
+        ratio = t["copy_ratio"]
         if r["shape"] in BIG:
             checks = [("<=1.10x copy", ratio is not None and ratio <= 1.10), (">=3x eager", r["speedup"] >= 3)]
             if r["speedup_compile"] is not None:
@@ -46,20 +46,20 @@ def table(out: Path) -> str:
             target = f"MISSED {', '.join(missed)}" if missed else f"met ({', '.join(n for n, _ in checks)})"
             if r["speedup_compile"] is None:
                 target += "; compile not timed"
-        elif r["shape"] == "seed" and r.get("floor_read_us"):
-            limit = 1.3 * r["floor_read_us"]
-            target = (f"{'met' if r['time_us'] <= limit else 'MISSED'} (<= 1.3 x {r['floor_read_us']:.1f} = "
+        elif r["shape"] == "seed" and floors["read_us"]:
+            limit = 1.3 * floors["read_us"]
+            target = (f"{'met' if t['time_us'] <= limit else 'MISSED'} (<= 1.3 x {floors['read_us']:.1f} = "
                       f"{limit:.1f} us; calibration: {cal_seed_limit:.1f})")
         else:
             target = ""
-        rows.append([r["solution"], r["shape"], f"{mb:.1f}", f"{r['time_us']:.1f}", f"{r['timing']['runs']}",
-                     f"{r['bandwidth_gbps']:.0f}", f"{copy_us:.1f}" if copy_us else "-", f"{cal_copy_us:.1f}",
+        rows.append([r["solution"], r["shape"], f"{mb:.1f}", f"{t['time_us']:.1f}", f"{t['runs']}",
+                     f"{t['bandwidth_gbps']:.0f}", f"{copy_us:.1f}" if copy_us else "-", f"{cal_copy_us:.1f}",
                      f"{ratio:.2f}x" if ratio else "-", f"{r['speedup']:.2f}x",
                      f"{r['speedup_compile']:.2f}x" if r["speedup_compile"] else "-", target])
     head = (f"GPU: {run['devices']['0'].get('gpu')}, torch {run['host']['torch']}. time: median us of `runs` timed "
-            "calls, CUDA events, L2 flushed before each. copy, same loop: `floor_copy_us`, a device-to-device copy "
+            "calls, CUDA events, L2 flushed before each. copy, same loop: `floors.copy_us`, a device-to-device copy "
             "of the same bytes timed through the candidates' loop beside each round of the candidate's calls "
-            f"(median us). time / copy: the record's `copy_ratio`, the candidate's {q:g} quantile over the copies' "
+            f"(median us). time / copy: the record's `timing.copy_ratio`, the candidate's {q:g} quantile over the copies' "
             "(timing.speedup_quantile), every call of each side pooled over the rounds. copy, back to back: "
             f"bytes / the calibration's {copy_gbps:.0f} GB/s ({cal.get('copy_bytes', 2**31) / 2**30:.0f} GiB "
             f"copied). Calibration: empty launch {cal['empty_launch_us']:.1f} us, device-to-host read "
@@ -71,19 +71,15 @@ def table(out: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--solution", nargs="*", default=[str(REPO / "solutions" / "pack_tokens" / "fast_vec16.py")])
-    ap.add_argument("--ablations", action="store_true", help="also time the design-note ablations")
+    ap.add_argument("--solution", nargs="*", default=[str(FAST)])
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--config", default=str(REPO / "configs" / "pack_tokens.yaml"))
+    ap.add_argument("--config", default=str(CONFIG))
     ap.add_argument("--run", type=Path, default=None, help="format an existing run folder instead of running")
     args = ap.parse_args()
     if args.run:
         print(table(args.run))
         return
     sols = list(args.solution)
-    if args.ablations:
-        sols += [str(p) for p in write(Path(tempfile.mkdtemp(prefix="kbh-ablate-")),
-                                       {f"fast_{k}": v for k, v in ABLATIONS.items()})]
     out = args.out or Path(tempfile.mkdtemp(prefix="kbh-roofline-")) / "run"
     wall, out, rc = run_eval(args.config, "--device", "cuda", "--solution", *sols, "--out", str(out))
     print(table(out))

@@ -1,7 +1,8 @@
 """Problem files in KernelBench's format: `Model`, `get_inputs(**shape)`, `get_init_inputs()`.
 
-The judge reads a problem's text once and ships the text to workers, so a candidate that rewrites
-the file on disk cannot change the reference.
+Used by the judge (to validate a problem) and by workers (to draw inputs and build models). The judge reads a
+problem's text once and ships the text to workers, so a candidate that rewrites the file on disk cannot change
+the reference.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Shape
 from .errors import UsageError
+from .settings import Shape
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,13 @@ class DrawNotRepeatable(RuntimeError):
 def deterministic_draw(fill_uninitialized: bool):
     """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
     candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
-    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): the fifteenth session's
-    draw, with float cumsums on CUDA, differed in 1 of 2,000 repeats on the H200 outside this mode and in
-    none inside it (bench/draw_repeat.py, docs/benchmarks.md, sixteenth session). In this mode torch runs
-    an op's deterministic implementation where it has one and refuses the op otherwise, which fails the
-    first draw with one line. torch's fill of new tensors in this mode is off unless fill_uninitialized: on
-    the H200 it took a third of a draw's kernels (54 against 34 at seed) and 0.12-0.15 ms of its 0.4-0.8
-    (bench/draw_cost.py, sixteenth session). The reference's worker draws its check seeds both ways and
-    compares, which finds a draw that returns memory it never wrote."""
+    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a draw with float cumsums
+    on CUDA differed in 1 of 2,000 repeats on the H200 outside this mode and in none inside it
+    (bench/draw_repeat.py). In this mode torch runs an op's deterministic implementation where it has one and
+    refuses the op otherwise, which fails the first draw with one line. torch's fill of new tensors in this
+    mode is off unless fill_uninitialized: on the H200 it took a third of a draw's kernels (54 against 34 at
+    seed) and 0.12-0.15 ms of its 0.4-0.8 (bench/draw_cost.py). The reference's worker draws its check seeds
+    both ways and compares, which finds a draw that returns memory it never wrote."""
     import torch
     import torch.utils.deterministic as det
 

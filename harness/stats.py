@@ -1,4 +1,4 @@
-"""Statistics over lists of times and speedups: pure functions, no I/O."""
+"""Statistics over lists of times and speedups: pure functions, no I/O, used by the judge and the workers."""
 
 from __future__ import annotations
 
@@ -83,11 +83,6 @@ class Round:
     copy: tuple[float, ...] = ()
     launch: tuple[float, ...] = ()
 
-    @property
-    def launch_median(self) -> float | None:
-        """The round's empty-launch median: the host's phase while the round was timed."""
-        return quantile(sorted(self.launch), 0.5) if self.launch else None
-
     def medians(self) -> dict:
         return {k: (round(quantile(sorted(v), 0.5), 3) if v else None)
                 for k, v in (("reference_us", self.reference), ("time_us", self.candidate),
@@ -101,40 +96,13 @@ def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]],
     both sides see them, in different shares. A low quantile reads each side in the host's fast phase as
     long as a tenth of its calls ran there: recomputed over the raw times of 5 separate evaluations it gave
     speedup CVs of 4.2% (seed), 3.7% (wide) and 1.0% (mixtral) where the median of per-round median ratios
-    gave 14.2%, 3.5% and 2.7% (docs/benchmarks.md, sixth session)."""
+    gave 14.2%, 3.5% and 2.7% (docs/methodology.md)."""
     a = sorted(x for xs in num for x in xs)
     b = sorted(x for xs in den for x in xs)
     if not a or not b:
         return None
     d = quantile(b, q)
     return quantile(a, q) / d if d > 0 else None
-
-
-def fast_phase(rounds: Sequence[Round], slack: float) -> list[bool]:
-    """Which rounds ran in the host's fastest phase of the record: those whose empty launch (timed by the
-    reference worker, the candidate stopped) has a median within `slack` times the lowest round's; a round
-    with no launch is kept. A speedup is a ratio of host-bound times, and the ratio itself moves with the
-    phase (seed: 3.2x with a 21 us launch, 2.5x with a 40 us one), so rounds from a slow phase are left out of
-    it rather than averaged in. Recomputed over the raw times of 10 separate evaluations in two calls
-    (seventeenth session), slack 1.2 took seed's speedup CV from 3.05% and 13.83% to 2.97% and 2.81%, and
-    deepseek's from 4.03% and 1.15% to 1.73% and 1.47%; it cannot help a record spent wholly in a slow phase
-    (docs/benchmarks.md, nineteenth session; verdict.slow_phase handles those). A candidate would gain from
-    this only by slowing the launch in the rounds where it was slow itself, and its processes are stopped
-    while the launch is timed."""
-    meds = [r.launch_median for r in rounds]
-    timed = [m for m in meds if m is not None]
-    if not timed:
-        return [True] * len(rounds)
-    limit = slack * min(timed)
-    return [m is None or m <= limit for m in meds]
-
-
-def few_fast(rounds: Sequence[Round], slack: float, least: int) -> bool:
-    """Fewer than `least` rounds in the record's fast phase (`fast_phase`): its speedup would rest on one or
-    two rounds' calls, and one round's own noise then moves it (deepseek, nineteenth session: the one round
-    kept of five read its candidate 5% slow, and the record's speedup 5% under the other runs'). The judge
-    then times more rounds (`timing.phase_extra_rounds`) until enough are fast."""
-    return sum(fast_phase(rounds, slack)) < least
 
 
 def geomean(xs: Iterable[float | None]) -> float | None:

@@ -29,17 +29,16 @@ def get_inputs(num_tokens=2048, hidden_dim=128, num_experts=16, dtype="float32",
 
     Written for the device, since the harness draws a fresh set for every timed call: no host sync, tensors
     placed on `device` directly (the harness then runs no factory-default mode around the draw). On the H200
-    (bench/draw_cost.py, docs/benchmarks.md), as the harness draws: 34 kernels and 0.41 ms a draw at seed,
-    0.52-0.64 ms on the large shapes (sixteenth session); the first version (multinomial, randperm, a stable
-    sort, bincount) took 50-82 kernels, three host syncs and 0.80-1.00 ms (fourteenth session).
+    (bench/draws.py cost), as the harness draws: 34 kernels and 0.41 ms a draw at seed, 0.52-0.64 ms on the
+    large shapes; a draw through multinomial, randperm, a stable sort and bincount took 50-82 kernels, three
+    host syncs and 0.80-1.00 ms.
 
     Repeatable by seed on every device: the judge and the candidate's worker draw the same seed apart and
     compare fingerprints, so a draw that differed would reject an honest kernel. Running sums are taken over
     integers (fixed point, 2^-24): a floating-point cumsum on CUDA is not deterministic (its scan adds in
     an order set by timing; `torch.use_deterministic_algorithms` lists it), and one differing last bit moves
-    a token to the next expert. The draw with float cumsums, outside that mode, gave other bytes in 1 of
-    2,000 repeats at deepseek on the H200 (bench/draw_repeat.py, sixteenth session): the rate and shape of
-    the honest call rejected in the fifteenth session."""
+    a token to the next expert. The same draw with float cumsums, outside that mode, gave other bytes in 1 of
+    2,000 repeats at deepseek on the H200, rejecting an honest kernel at that rate."""
     n, e = num_tokens, num_experts
     token_hidden = torch.randn(n, hidden_dim, dtype=DTYPES[dtype], device=device)
     u = torch.rand(2 * e + n, device=device)

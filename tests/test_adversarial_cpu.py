@@ -8,7 +8,7 @@ import pytest
 
 from conftest import CANDIDATES, CONFIGS, REPO
 
-PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").glob("*.py"))]
+PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").rglob("*.py"))]
 
 
 def digest() -> dict:
@@ -59,7 +59,7 @@ def test_cheat_is_incorrect_with_its_flag(adversarial, cheat, flag):
 def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
     r = adversarial.by("patch_timer", "tiny")
     assert "timer_mismatch" in r["flags"], json.dumps(r)
-    assert "harness.timing._perf_ns" in r["message"] and "torch.allclose" in r["message"]
+    assert "harness.worker.clocks._perf_ns" in r["message"] and "torch.allclose" in r["message"]
 
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
@@ -80,10 +80,10 @@ def test_forgery_leaves_no_trace(adversarial):
     assert not adversarial.forged_file_left
     assert not (adversarial.out / "extra.txt").exists()
     assert not (adversarial.out / "times" / "forged.json").exists()
-    kept = [r for r in adversarial.records if r.get("times_file")]
+    kept = [r["diagnostics"] for r in adversarial.records if r["diagnostics"]]
     assert kept, "no record kept its raw times"
-    for r in kept:  # the judge's raw times read as it wrote them, whatever the cheat overwrote
-        assert len(json.loads(Path(r["times_file"]).read_text())) == len(r["rounds"]) > 0
+    for d in kept:  # the judge's raw times read as it wrote them, whatever the cheat overwrote
+        assert len(json.loads(Path(d["times_file"]).read_text())) == len(d["rounds"]) > 0
     forged = [r for r in adversarial.records if r["solution"] == "forge_results" and r["status"] == "correct"]
     assert forged == []
     log = (adversarial.out / "logs" / "forge_results.log").read_text()

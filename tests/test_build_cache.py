@@ -1,5 +1,5 @@
 """The build cache's keys: a change of source, flag or target architecture rebuilds, an unchanged call does not;
-and the judge's record of whole builds (extcache.memo_*), which lets an unchanged candidate skip its build
+and the judge's record of whole builds (harness.judge.buildcache), which lets an unchanged candidate skip its build
 process only while every extension it made is still in the cache."""
 
 from __future__ import annotations
@@ -8,51 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from harness import build, extcache
-from harness.build import run_build, snapshot_candidate
+from harness.cachekeys import build_memo_key, environment_key, extension_ready
+from harness.judge import buildcache
+from harness.judge.builds import BuildResult, run_build, snapshot_candidate
+from harness.worker import extcache
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def fake_load_inline(tmp_path, monkeypatch):
-    """extcache's wrapper around a stand-in for load_inline that records its calls and leaves a library file; the
-    import of a cached library is stubbed, so keys are tested without a compiler."""
-    built: list[dict] = []
+def test_unchanged_call_keeps_its_key_and_any_change_of_the_binary_changes_it(tmp_path, monkeypatch):
+    def key(**changes):
+        args = {"name": "ext", "cpp_sources": "int f() { return 1; }", "extra_cflags": ["-O2"], "verbose": False,
+                "build_directory": None} | changes
+        return extcache.call_key("load_inline", args, environment_key())
 
-    def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
-                    extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None, build_directory=None,
-                    verbose=False, with_cuda=None, is_python_module=True, with_pytorch_error_handling=True,
-                    keep_intermediates=True, use_pch=False):
-        built.append({"name": name, "flags": extra_cflags})
-        Path(build_directory, f"{name}.so").write_bytes(b"lib")
-        return "built"
-
-    monkeypatch.setattr(extcache, "_import", lambda name, so, is_python_module: "cached")
-    extcache.events.clear()
-    cache = tmp_path / "cache"
-    monkeypatch.setitem(extcache._roots, "cache", cache)
-    monkeypatch.setitem(extcache._roots, "staging", None)
-
-    def call(src: str = "int f() { return 1; }", flags=("-O2",), **kw):
-        wrapped = extcache._cached(load_inline, "load_inline", extcache.environment_key())
-        return wrapped("ext", cpp_sources=src, extra_cflags=list(flags), **kw)
-
-    yield call, built
-    extcache.events.clear()
-
-
-def test_unchanged_call_is_a_hit_and_any_change_rebuilds(fake_load_inline, monkeypatch):
-    call, built = fake_load_inline
-    assert call() == "built" and call() == "cached"
-    assert call(flags=("-O3",)) == "built"
-    assert call(src="int f() { return 2; }") == "built"
-    assert call(verbose=True) == "cached"  # how it is built, not what: same binary
+    base = key()
+    assert key() == base
+    assert key(verbose=True) == key(build_directory=str(tmp_path)) == base  # how it is built, not what
+    assert key(extra_cflags=["-O3"]) != base and key(cpp_sources="int f() { return 2; }") != base
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
-    assert call() == "built"
-    assert [b["flags"] for b in built] == [["-O2"], ["-O3"], ["-O2"], ["-O2"]]
-    keys = [ev["key"] for ev in extcache.events]
-    assert len(set(keys)) == 4 and keys[0] == keys[1] == keys[4]
+    assert key() != base
+    src = tmp_path / "k.cpp"
+    src.write_text("int f() { return 1; }")
+    first = extcache.call_key("load", {"name": "ext", "sources": [str(src)]}, environment_key())
+    src.write_text("int f() { return 3; }")
+    assert extcache.call_key("load", {"name": "ext", "sources": [str(src)]}, environment_key()) != first
 
 
 PY_CANDIDATE = """
@@ -102,11 +82,11 @@ def test_the_record_holds_only_while_every_extension_is_in_the_cache(tmp_path):
     folder.mkdir(parents=True)
     (folder / "meta.json").write_text("{}")
     (folder / "ext.so").write_bytes(b"lib")
-    memo = extcache.build_memo_key("0" * 64, {})
-    extcache.memo_store(cache, memo, [{"name": "ext", "key": key, "ok": True}])
-    assert extcache.memo_lookup(cache, memo) == [{"name": "ext", "key": key}]
+    memo = build_memo_key("0" * 64, {})
+    buildcache.memo_store(cache, memo, [{"name": "ext", "key": key, "ok": True}])
+    assert buildcache.memo_lookup(cache, memo) == [{"name": "ext", "key": key}]
     (folder / "ext.so").unlink()
-    assert extcache.memo_lookup(cache, memo) is None
+    assert buildcache.memo_lookup(cache, memo) is None
 
 
 @pytest.mark.parametrize("event", [
@@ -115,17 +95,17 @@ def test_the_record_holds_only_while_every_extension_is_in_the_cache(tmp_path):
     {"name": "ext", "key": "../../x", "ok": True},
 ])
 def test_a_build_with_a_failed_or_odd_extension_is_not_remembered(tmp_path, event):
-    memo = extcache.build_memo_key("1" * 64, {})
-    extcache.memo_store(tmp_path, memo, [event])
+    memo = build_memo_key("1" * 64, {})
+    buildcache.memo_store(tmp_path, memo, [event])
     assert not (tmp_path / "builds").exists() or not any((tmp_path / "builds").iterdir())
 
 
 def test_memo_key_follows_the_build_environment():
-    a = extcache.build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0"})
-    assert a == extcache.build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0", "UNRELATED": "x"})
-    assert a != extcache.build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "8.0"})
-    assert a != extcache.build_memo_key("3" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0"})
-    assert build.BuildResult("built").memo is False
+    a = build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0"})
+    assert a == build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0", "UNRELATED": "x"})
+    assert a != build_memo_key("2" * 64, {"TORCH_CUDA_ARCH_LIST": "8.0"})
+    assert a != build_memo_key("3" * 64, {"TORCH_CUDA_ARCH_LIST": "9.0"})
+    assert BuildResult("built").memo is False
 
 
 def staged(staging: Path, name: str, key: str, so: bytes = b"lib") -> Path:
@@ -153,7 +133,7 @@ def test_adopt_copies_a_staged_build_into_its_root_and_nothing_else(tmp_path):
               {"name": "../ext", "key": "d" * 32, "ok": True, "cached": False},
               {"name": "ext", "key": "d" * 32, "ok": False, "cached": False},
               {"name": "ext", "key": link, "ok": True, "cached": False}]
-    assert extcache.adopt_staged(root, staging, events) == ["ext"]
-    assert extcache.extension_ready(root, "ext", good)
+    assert buildcache.adopt_staged(root, staging, events) == ["ext"]
+    assert extension_ready(root, "ext", good)
     assert (root / good[:2] / good / "ext.so").read_bytes() == b"lib"
     assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["ext.so", "meta.json"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness.check import (
+from harness.judge.compare import (
     Comparison,
     compare_outputs,
     compare_tensor,
@@ -14,9 +14,9 @@ from harness.check import (
     same_as,
     tensor_from_bytes,
 )
-from harness.config import Tolerance
-from harness.fingerprint import Fingerprinter
-from harness.worker import as_bytes, tensor_meta
+from harness.settings import Tolerance
+from harness.worker.fingerprint import Fingerprinter
+from harness.worker.outputs import as_bytes, tensor_meta
 
 EXACT = Tolerance()
 

@@ -38,9 +38,9 @@ def test_failure_status_and_message(failures, solution, status, needle):
 
 def test_one_wrong_value_reports_error_and_index(failures):
     r = failures.by("one_wrong_value")
-    assert r["max_abs_err"] == pytest.approx(1.0, abs=1e-5)
-    assert r["first_mismatch"] is not None and r["first_mismatch"][1] == 0
-    assert r["seed"] in failures.run_json["seeds"]["shapes"]["tiny"]["check"]
+    assert r["check"]["max_abs_err"] == pytest.approx(1.0, abs=1e-5)
+    assert r["check"]["first_mismatch"] is not None and r["check"]["first_mismatch"][1] == 0
+    assert r["check"]["seed"] in failures.run_json["seeds"]["shapes"]["tiny"]["check"]
 
 
 def test_honest_candidate_after_failures_is_still_correct(failures):

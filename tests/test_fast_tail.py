@@ -1,6 +1,6 @@
 """Which timed calls the judge verifies besides its random sample: all the fastest ones."""
 
-from harness.evaluate import FAST_TAIL_MAX, fast_tail
+from harness.judge.verdict import FAST_TAIL_MAX, fast_tail
 
 
 def test_every_call_at_or_under_twice_the_quantile_is_chosen_fastest_first():

@@ -1,6 +1,6 @@
 import torch
 
-from harness.fingerprint import Fingerprinter
+from harness.worker.fingerprint import Fingerprinter
 
 
 def test_exact_fingerprint_is_stable_across_instances_and_layouts():
@@ -46,7 +46,7 @@ def test_projection_bounds_are_sums_of_abs_weights():
 
 
 def test_exact_many_equals_exact_one_by_one(monkeypatch):
-    import harness.fingerprint as fpmod
+    import harness.worker.fingerprint as fpmod
 
     f = Fingerprinter(7, "cpu")
     ts = [torch.randn(2048, 128), torch.randint(0, 9, (2048,), dtype=torch.int32), torch.zeros(0),

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, CONFIGS, REPO
-from harness import isolation
 from harness.errors import UsageError
+from harness.judge import isolation
 
 PLANTER = CANDIDATES / "isolation" / "plant_cache.py"
 HONEST = REPO / "solutions" / "pack_tokens" / "cpu_cpp.py"

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from conftest import REPO
-from harness.config import Shape
 from harness.errors import UsageError
 from harness.problem import (
     DrawNotRepeatable,
@@ -17,6 +16,7 @@ from harness.problem import (
     seed_everything,
     validate,
 )
+from harness.settings import Shape
 
 NS = load_namespace(read_problem(REPO / "problems" / "pack_tokens.py"))
 SHAPES = [

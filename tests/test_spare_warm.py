@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.problem import ProblemSource
-from harness.worker import Worker
+from harness.worker.commands import Worker
 
 PROBLEM = Path(__file__).parent / "problems" / "vector_add.py"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.static_checks import analyze
+from harness.judge.static_checks import analyze
 
 KERNEL = '''
 from torch.utils.cpp_extension import load_inline

@@ -5,8 +5,6 @@ import pytest
 from harness.stats import (
     Round,
     fast_p,
-    fast_phase,
-    few_fast,
     geomean,
     mean_cv,
     pooled_ratio,
@@ -95,39 +93,3 @@ def test_pooled_ratio_pools_rounds_and_needs_both_sides():
 def test_round_medians_name_each_figure():
     r = Round(reference=(3.0, 1.0, 2.0), candidate=(1.0,), copy=(), launch=(4.0, 6.0))
     assert r.medians() == {"reference_us": 2.0, "time_us": 1.0, "copy_us": None, "launch_us": 5.0}
-
-
-def test_launch_floor_is_paired_when_rounds_timed_one():
-    from harness.evaluate import paired_launch_floor
-    from harness.stats import Round
-
-    rounds = [Round(reference=(9.0,), candidate=(3.0,), launch=(30.0, 32.0)), Round(reference=(9.0,), candidate=(3.0,),
-                                                                                   launch=(40.0,))]
-    assert paired_launch_floor(rounds, 20.0) == 32.0
-    assert paired_launch_floor([Round(reference=(9.0,), candidate=(3.0,))], 20.0) == 20.0
-    assert paired_launch_floor([], None) is None
-
-
-def test_rounds_timed_in_a_slow_host_phase_are_left_out():
-    def rnd(launch):
-        return Round(reference=(100.0,), candidate=(30.0,), launch=launch)
-
-    rounds = [rnd((22.0, 21.0, 23.0)), rnd((40.0, 41.0)), rnd((25.0,)), rnd((26.5,)), rnd(())]
-    assert fast_phase(rounds, 1.2) == [True, False, True, False, True]  # 26.5 > 1.2 * 22; no launch: kept
-    assert fast_phase(rounds, 2.0) == [True] * 5
-    assert fast_phase(rounds, 1.0) == [True, False, False, False, True]  # only the fastest phase
-    assert fast_phase([rnd(()), rnd(())], 1.2) == [True, True]
-    assert fast_phase([], 1.2) == []
-
-
-def test_a_record_with_too_few_fast_rounds_asks_for_more():
-    def rnd(launch):
-        return Round(reference=(100.0,), candidate=(30.0,), launch=(launch,))
-
-    rounds = [rnd(40.0), rnd(27.0), rnd(26.0), rnd(27.0), rnd(19.0)]  # deepseek, nineteenth session: 1 kept
-    assert few_fast(rounds, 1.2, 3)
-    assert not few_fast(rounds, 1.2, 1)
-    assert not few_fast(rounds, 1.5, 3)  # 27 <= 1.5 * 19: four kept
-    assert few_fast(rounds + [rnd(20.0)], 1.2, 3)
-    assert not few_fast(rounds + [rnd(20.0), rnd(22.0)], 1.2, 3)
-    assert few_fast(rounds + [rnd(15.0)], 1.2, 3)  # a faster round resets the phase: it alone is kept

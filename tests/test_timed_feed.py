@@ -5,10 +5,12 @@ from types import SimpleNamespace
 
 import torch
 
-from harness import stats, timing
-from harness.fingerprint import Fingerprinter
+from harness import stats
 from harness.seeds import derive
-from harness.worker import STOCK_SETS, TimedFeed, poison_size
+from harness.settings import LoopSettings
+from harness.worker import clocks, feed
+from harness.worker.feed import STOCK_SETS, TimedFeed, poison_size
+from harness.worker.fingerprint import Fingerprinter
 
 BASE = 77
 
@@ -76,9 +78,9 @@ def test_a_feed_without_draws_keeps_the_batches_and_which_calls_are_sampled():
 
 
 def test_no_batches_when_one_set_fills_the_budget(monkeypatch):
-    monkeypatch.setitem(__import__("harness.worker", fromlist=["STOCK_BYTES"]).STOCK_BYTES, "cpu", 16)
-    feed = TimedFeed(fake_worker([], size=64), BASE, projection=None)
-    counted = [feed.take(i)[1] for i in range(5)]
+    monkeypatch.setitem(feed.STOCK_BYTES, "cpu", 16)
+    one = TimedFeed(fake_worker([], size=64), BASE, projection=None)
+    counted = [one.take(i)[1] for i in range(5)]
     assert counted == [False, True, True, True, True]  # every call drawn fresh, so every call is sampled
 
 
@@ -91,20 +93,20 @@ class StepClock:
     def measure(self, call, after):
         self.n += 1
         out = call()
-        return out, after(out), timing.Sample(float(self.n), float(self.n), float(self.n))
+        return out, after(out), clocks.Sample(float(self.n), float(self.n), float(self.n))
 
 
 def test_run_loop_samples_only_counted_calls_and_reports_the_rest():
     seen = []
-    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=6, max_runs=6, budget_s=10.0, target_rse=0.0)
-    samples, unsampled = timing.run_loop(StepClock(), lambda i: ((lambda: i), i % 3 != 1), lambda o: None,
+    settings = LoopSettings(warmup_ms=0.0, min_runs=6, max_runs=6, budget_s=10.0, target_rse=0.0)
+    samples, unsampled = clocks.run_loop(StepClock(), lambda i: ((lambda: i), i % 3 != 1), lambda o: None,
                                          lambda i, o, e: seen.append(i), settings)
     assert [s.device_us for s in samples] == [3.0, 4.0, 6.0, 7.0, 9.0, 10.0]
     assert unsampled == len(seen) - len(samples) == 4  # warm-up calls 0 and 1, skipped calls 4 and 7
 
 
 def test_a_reused_output_buffer_switches_to_fingerprinting_each_call_as_it_returns():
-    from harness.fingerprint import OVERWRITTEN
+    from harness.protocol import OVERWRITTEN
 
     w = fake_worker([])
     feed = TimedFeed(w, BASE, projection=False)
@@ -135,25 +137,25 @@ class ValueClock:
     def measure(self, call, after):
         t = self.values(self.n)
         self.n += 1
-        return None, None, timing.Sample(t, t, t)
+        return None, None, clocks.Sample(t, t, t)
 
 
 def test_run_loop_stops_when_the_low_quantile_is_precise_though_outliers_keep_the_mean_noisy():
-    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=500, budget_s=60.0, target_rse=0.005)
+    settings = LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=500, budget_s=60.0, target_rse=0.005)
     hiccups = ValueClock(lambda i: 5000.0 if i % 4 == 3 else 100.0 + (i % 7) * 0.01)
-    samples, _ = timing.run_loop(hiccups, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
+    samples, _ = clocks.run_loop(hiccups, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
     xs = [s.device_us for s in samples]
     assert 36 <= len(xs) < 60
-    assert stats.rse(xs) > 0.1  # the old rule, on the mean, would have run to max_runs
+    assert stats.rse(xs) > 0.1  # a rule on the mean's error would run to max_runs
 
 
 def test_run_loop_runs_on_while_the_low_quantile_is_uncertain():
-    settings = timing.LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=300, budget_s=60.0, target_rse=0.005)
+    settings = LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=300, budget_s=60.0, target_rse=0.005)
     spread = ValueClock(lambda i: 50.0 + (i * 37) % 101)
-    samples, _ = timing.run_loop(spread, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
+    samples, _ = clocks.run_loop(spread, lambda i: ((lambda: i), True), lambda o: None, lambda *a: None, settings)
     assert len(samples) == 300
     median_rule = dataclasses.replace(settings, quantile=0.5, target_rse=0.05)
-    samples, _ = timing.run_loop(ValueClock(spread.values), lambda i: ((lambda: i), True), lambda o: None,
+    samples, _ = clocks.run_loop(ValueClock(spread.values), lambda i: ((lambda: i), True), lambda o: None,
                                  lambda *a: None, median_rule)
     assert 5 <= len(samples) < 300  # the settings' quantile is the one whose error is read
 

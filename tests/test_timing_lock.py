@@ -1,9 +1,12 @@
-"""Lanes that share a device take turns on timed commands; other commands overlap."""
+"""Lanes that share a device take turns on timed commands; other commands overlap; spares start in windows."""
 
+import os
+import signal
 import threading
 import time
 
-from harness.reference import DeviceTurn, ReferenceRunner
+from harness.judge.turns import DeviceTurn
+from harness.settings import LoopSettings
 
 
 class SlowWorker:
@@ -22,10 +25,16 @@ class SlowWorker:
 
 
 def peak_concurrency(cmd: str, shared: bool) -> int:
+    """Three lanes each send one command to their own worker, inside their device's turn for that command."""
     SlowWorker.peak = 0
-    turn = DeviceTurn()
-    runners = [ReferenceRunner(SlowWorker(), None, {}, 5.0, turn=turn if shared else None) for _ in range(3)]
-    threads = [threading.Thread(target=r._ask, args=(cmd,)) for r in runners]
+    one = DeviceTurn()
+    turns = [one if shared else DeviceTurn() for _ in range(3)]
+
+    def lane(turn):
+        with turn.around(cmd):
+            SlowWorker().request(cmd, 5.0)
+
+    threads = [threading.Thread(target=lane, args=(t,)) for t in turns]
     for t in threads:
         t.start()
     for t in threads:
@@ -47,33 +56,41 @@ def process_state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_turn_that_shares_cores_with_builds_pauses_them():
-    import subprocess
-    import sys
+def test_a_turn_that_shares_cores_with_builds_pauses_them(tmp_path):
+    """A build running beside a timed command on shared cores is stopped for the command, and runs on after it."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    from harness import build
+    from conftest import REPO
+    from harness.judge.builds import run_build, snapshot_candidate
 
-    proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"], start_new_session=True)
+    pid_file = tmp_path / "pid"
+    src = tmp_path / "busy.py"
+    src.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(3600)\n")
+    cand = snapshot_candidate(src, "busy", tmp_path / "src")
+    pool = ThreadPoolExecutor(1)
+    fut = pool.submit(run_build, cand, repo_root=REPO, cache_dir=tmp_path / "cache", env={}, timeout_s=60,
+                      log_path=tmp_path / "build.log", scratch=tmp_path, cores=None)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
     try:
-        with build._RUNNING_LOCK:
-            build._RUNNING[proc.pid] = "some_build"
         with DeviceTurn(pause_builds=True)():
             time.sleep(0.1)
-            assert process_state(proc.pid) == "T"
+            assert process_state(pid) == "T"
         time.sleep(0.1)
-        assert process_state(proc.pid) in "RS"
+        assert process_state(pid) in "RS"
         with DeviceTurn(pause_builds=False)():
             time.sleep(0.1)
-            assert process_state(proc.pid) in "RS"
+            assert process_state(pid) in "RS"
     finally:
-        with build._RUNNING_LOCK:
-            build._RUNNING.pop(proc.pid, None)
-        proc.kill()
-        proc.wait()
+        os.kill(pid, signal.SIGKILL)
+        assert fut.result(timeout=60).status in ("deferred", "timeout")
+        pool.shutdown()
 
 
 def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
-    from harness.evaluate import SparePool
+    from harness.judge.lanes import SparePool
 
     class Fake:
         closed = 0
@@ -108,7 +125,7 @@ def test_spare_pool_hands_out_a_ready_spare_before_an_older_one_still_starting()
     """A spare can wait long for the device's turn; one started after it and ready is handed out first."""
     import threading
 
-    from harness.evaluate import SparePool
+    from harness.judge.lanes import SparePool
 
     release = threading.Event()
     made = iter(range(100))
@@ -136,7 +153,7 @@ def test_spare_pool_close_kills_spares_at_once_even_while_they_start():
     """Closing a lane's pool must not wait for a spare's start-up (torch's import, a CUDA context: seconds)."""
     import threading
 
-    from harness.evaluate import SparePool
+    from harness.judge.lanes import SparePool
 
     class Handle:
         def __init__(self):
@@ -176,7 +193,7 @@ def _state(pid: int) -> str:
 def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
     """The candidate's processes are stopped while the reference is timed beside it (evaluate._timed_rounds)."""
     from conftest import REPO
-    from harness.workers import WorkerHandle
+    from harness.judge.processes import WorkerHandle
 
     w = WorkerHandle(repo_root=REPO, env={}, log_path=tmp_path / "w.log", cwd=tmp_path, trusted=False)
     try:
@@ -193,7 +210,7 @@ def test_a_frozen_worker_is_stopped_and_answers_again_after(tmp_path):
 def test_workers_hash_strings_with_one_fixed_seed_whatever_the_caller_asks(tmp_path):
     """A random hash seed per process gave some worker processes a lasting offset in host-bound times."""
     from conftest import REPO
-    from harness.workers import WorkerHandle
+    from harness.judge.processes import WorkerHandle
 
     ws = [WorkerHandle(repo_root=REPO, env={"PYTHONHASHSEED": "random"}, log_path=tmp_path / f"w{i}.log",
                        cwd=tmp_path, trusted=False) for i in range(2)]
@@ -226,12 +243,13 @@ def test_spares_take_the_turn_only_while_the_lane_opens_it():
     t.join(2.0)
 
 
-def test_reference_compiles_untimed_with_spares_let_in_then_times_eager_and_compiled_back_to_back():
+def test_reference_compiles_untimed_with_spares_let_in_then_times_in_the_turn():
     """The compile's first calls run outside the device's turn, with the spares' window open; every timed command
-    runs in the turn with the window closed, and the compiled setup serves the eager timing (no second setup)."""
+    runs in the turn with the window closed; one compiled setup serves both the eager and the compiled timing."""
     from types import SimpleNamespace
 
-    from harness.config import Shape
+    from harness.judge.reference import ReferenceRunner
+    from harness.settings import Shape
 
     turn = DeviceTurn()
     turn.open_to_spares(False)
@@ -239,24 +257,21 @@ def test_reference_compiles_untimed_with_spares_let_in_then_times_eager_and_comp
 
     class Recorder:
         def request(self, cmd, timeout, **args):
-            seen.append((cmd, args.get("compiled", args.get("compile_model")), args.get("floor"),
-                         turn.window.is_set(), turn.lock.locked()))
+            seen.append((cmd, args, turn.window.is_set(), turn.lock.locked()))
             return {"ok": True, "device_us": [10.0, 11.0, 12.0], "graph_ok": False}
 
     timing = SimpleNamespace(compile_reference=True, graph=True, speedup_metric="time_us")
     plan = SimpleNamespace(config=SimpleNamespace(timing=timing), time_seed=lambda name: 1, init_seed=lambda name: 2,
-                           graph_seed=lambda name: 3)
-    loop = {"warmup_ms": 1.0, "min_runs": 2, "max_runs": 4, "budget_s": 0.1, "target_rse": 0.01, "quantile": 0.1}
-    ref = ReferenceRunner(Recorder(), plan, loop, 5.0, turn=turn)
-    t = ref.timings(Shape("s", {}), "cuda", min_bytes=64)
-    assert [c[:3] for c in seen] == [("setup", True, None), ("warm", True, None), ("time", None, None),
-                                     ("time", True, None), ("time", None, "launch"), ("time", None, "launch_read"),
-                                     ("time", None, "copy")]
-    assert seen[1][3:] == (True, False)  # the compile: window open, turn free
-    assert all(window is False and locked for cmd, _, _, window, locked in seen if cmd == "time")
+                           graph_seed=lambda name: 3, loop=LoopSettings(warmup_ms=1.0, min_runs=2, max_runs=4, budget_s=0.1))
+    t = ReferenceRunner(Recorder(), plan, 5.0, turn=turn).timings(Shape("s", {}), "cuda", min_bytes=64)
+    assert t.eager and t.compiled and t.floor_launch and t.floor_read and t.floor_copy and t.compile_error is None
+    assert [c for c, args, _, _ in seen if c == "setup"] == ["setup"]
+    warm = [(window, locked) for c, _, window, locked in seen if c == "warm"]
+    assert warm == [(True, False)]  # the compile: window open, turn free
+    timed = [(args, window, locked) for c, args, window, locked in seen if c == "time"]
+    assert len(timed) == 5 and all(window is False and locked for _, window, locked in timed)
+    assert sum(bool(args.get("compiled")) for args, _, _ in timed) == 1
     assert not turn.window.is_set()
-    assert t.eager and t.compiled and t.floor_copy and t.compile_error is None
-    assert set(ref.spent) >= {"compile", "eager", "compiled", "floors"}
 
 
 class IdleSpare:
@@ -267,22 +282,8 @@ class IdleSpare:
         pass
 
 
-def test_spare_pool_primed_to_a_limit_first_then_to_its_size():
-    """At the run's start only the early share of spares start (each more torch import slows the reference's)."""
-    from harness.evaluate import SparePool
-
-    made = []
-    pool = SparePool(lambda register: made.append(1) or IdleSpare(), size=7)
-    pool.prime(5)
-    assert len(pool.slots) == 5
-    pool.prime()
-    assert len(pool.slots) == 7
-    pool.close()
-    assert len(made) == 7
-
-
 def test_spare_pool_starts_no_spare_beyond_the_candidates_left():
-    from harness.evaluate import SparePool
+    from harness.judge.lanes import SparePool
 
     made = []
     pool = SparePool(lambda register: made.append(1) or IdleSpare(), size=7, needed=2)

@@ -1,107 +1,52 @@
 """Pack tokens at the memory-bandwidth limit: each row read once and written once, 16-byte vectors.
 
 What limits it: packing is pure data movement, so the floor is a device-to-device copy of the same bytes
-(token_hidden read once, the output written once); on the small shapes it is the host: one launch plus
-the row count the output's shape needs on the host. Of the kernel's device time over a copy (10.2 us at
-wide, 4.7 at mixtral, busy GPU), 6.8 and 2.9 us go to the routed write order: the same kernel on an
-identity routing (every token to one expert, in order) is 3.4 and 1.8 us over the copy (fifteenth session).
+(token_hidden read once, the output written once); on the small shapes it is the host: one launch plus the
+row count the output's shape needs on the host. Of the kernel's device time over a copy (10.2 us at wide, 4.7
+at mixtral, busy H200), 6.8 and 2.9 us go to the routed write order: the same kernel on an identity routing
+(every token to one expert, in order) is 3.4 and 1.8 us over the copy.
 
-Design (each alternative is a constant below; `bench/kernel_time.py` times them against a copy of the
-same bytes, `bench/roofline.py` runs the harness; figures: docs/benchmarks.md, third to fifth and
-fifteenth sessions, H200):
-- One launch (TICKETS, the default since the fifteenth session): `pack_tickets` does the whole pack.
-  Blocks draw chunk numbers from a counter on the device: owner-map chunks first, then padding chunks
-  (256 output rows each, zeroed where no token lands, after every owner-map chunk is done), then the
-  token-row chunks. The order in which numbers are handed out means no block waits on a chunk that no
-  running block holds. The grid is the blocks that fit on the device at once. The owner map and the
-  counters are kept per (device, stream) between calls, so a call allocates only its output. Against the
-  two launches below (`two_launches`), calls interleaved in one process, a slow host: idle (what the
-  harness's clock sees) 4.1 us less at wide, 3.0 at mixtral, 0.9 at deepseek, 3.6 at seed; busy within
-  -0.1 to +1.4 us. Through the harness, in the same run: `copy_ratio` 0.03-0.06 lower on every large shape.
-  Tried, not kept: padding chunks last (+23 us at deepseek: 28 MB of padding written by ~48 blocks at the
-  grid's tail); the old grid of 32 blocks per SM instead of the resident ones (PERSISTENT 0, +2.3 us busy
-  at wide); `__launch_bounds__(256, 4)` (MIN_BLOCKS 4: 64 registers with a spill, 6-12 us slower); 4
-  vectors a thread (20 us slower at deepseek).
-- Tried in the sixteenth session, not kept: the output pulled in order (GATHER 1, `pack_gather`).
-  - The owner map is built first. The output is then written as a copy writes it, each vector read from
-    the token its row's owner entry names, or zero.
-  - Entries carry the call's generation, so no index load is needed to trust one. The kernel uses 52
-    registers, so 4 blocks fit on an SM.
-  - Busy GPU, one process: +5.0 us at wide, +7.0 at mixtral, +2.4 at deepseek against this kernel.
-  - Routed reads cost more than routed writes: a block cannot issue a read before the map names its row.
-- Tried in the sixteenth session, not kept: a padding chunk's unwritten rows zeroed by the whole block
-  together (ZERO_SPREAD 1; ZERO_ROWS 64 for smaller chunks). Busy GPU, one process: -2.8 us at deepseek
-  but +2.3 at wide and +1.6 at mixtral, which have no padding rows; with 64-row chunks -1.3, +4.7, +3.8.
-- Every output byte is written once. FUSED (the default from the fifth to the fourteenth session, now
-  TICKETS 0): a small kernel,
-  `mark_owners`, writes owner[dest] = token for every token; then one grid, `pack_fused`, moves the
-  token rows and zeroes the rows no token lands in (capacity padding, empty experts) at the same time:
-  its first chunks are blocks of 256 output rows, checked 32 at once per warp, the rest are scatter
-  chunks. It is launched with programmatic dependent launch (PDL): its scatter chunks start while the
-  owner map is still being written, and only the zero chunks wait for it (`griddepcontrol.wait`).
-  Against the previous default (FUSED 0: the scatter writes the owner map, then a second kernel zeroes
-  unwritten rows, one warp per row), busy GPU, one process, fifth session: wide 143.2 against 148.8 us
-  (copy 132.9), mixtral 74.2 against 79.2 (copy 70.2), deepseek 74.9 against 78.3 (copy 69.1), seed
-  equal (21.2). The prediction was that the padded shape (deepseek) would gain most; all three large
-  shapes gained 3.4-5.6 us. Without PDL (PDL 0), 1.4-3.2 us of that is lost. Zero-filling the whole
-  output first (the original kernel's way, ZERO_FILL_FIRST) cost +36 to +57 us on the large shapes.
-- The owner map is never cleared (no memset launch): a reader accepts owner[r] only if that token's
-  indices really land on r, so a stale value can only name a row that was written.
-- The row count: the first kernel's first thread writes expert_offsets[-1] to pinned host memory mapped into
-  the device; the host spins on it while the kernels run. A 4-byte copy and an event instead
-  (COUNT_BY_KERNEL=0) cost +8 to +9 us; reading the count before launching (SYNC_READ_FIRST) +18 us.
-  Both kernels are queued before the host waits (the zero chunks read the count on the device), so the
-  GPU never waits for the host. The output is a view of the first `total` rows of a buffer of guessed
-  capacity (tokens + 16 per expert); a larger count (never for the bundled shapes) falls back to an
-  exact buffer and a second pass.
-- Rows move in the widest vector the row size and both base addresses allow: 16 bytes when row bytes
-  % 16 == 0, else 8, 4, 2 or 1 (a 130-float row moves as 8-byte vectors, never misaligned).
-- FLAT (the default since the fourth session): the token rows are one contiguous array of vectors, as in a
-  copy kernel; each thread loads FLAT_ITEMS = 8 vectors (THREADS apart) before it looks up any
-  destination, so the index loads overlap the data in flight. Against the row-group kernel (FLAT 0: a
-  group of 32..THREADS threads per row, UNROLL loads in flight, the next row's indices prefetched), busy
-  GPU, one process: wide 147.8 against 152.3 us (copy 132.0), mixtral 78.8 against 81.1 (copy 69.9),
-  deepseek 77.8 against 79.4 (copy 68.6), seed equal (17.6); 4 vectors per thread 0.3-1.8 us slower, 128-thread
-  blocks 0.3-1.3 us slower. Through the harness, same run, paired speedups: seed 3.09x against
-  2.92x, deepseek 3.99x against 3.75x, wide and mixtral within 1%. For the row-group kernel (third
-  session): 128-thread blocks 4 us faster at wide only; UNROLL 4 within 1.5 us, 8 worse by 2-4 us on
-  bfloat16; a persistent grid (8 blocks per SM) 5-9 us slower; plain stores instead of streaming ones
-  within 1 us; the prefetch no measurable effect. For the fused grid (fifth session): a grid capped at 3
-  or 8 blocks per SM instead of 32 is 3-18 us slower (deepseek worst); plain stores 0.2-1.1 us faster on
-  the large shapes, within the noise of one run, so streaming stores stay.
-- Tried in the twelfth session, not kept: rows moved by the bulk-copy engine (`cp.async.bulk` global to
-  shared to global, one thread a block driving a ring of 2-8 row buffers; `bench/tma_probe.py`). Busy GPU,
-  one process: the bulk scatter was 144.4 us at wide against this kernel's whole call at 142.6 (a torch
-  copy of the rows 129.3), 76.1 against 73.7 at mixtral; even as a plain copy (row t to row t) the engine
-  was 8-10% slower than a torch copy.
-- Host path: the contract is checked in C++ before any launch; also checking it in Python
-  (CHECK_IN_PYTHON) cost up to 4 us. SM count cached; pinned slot and event made once per thread.
-  Together with the two items above, this version is 13-15 us faster than the previous one at seed and
-  7-13 us faster on bfloat16 (in-process, same run).
-- Kernels run on PyTorch's current stream; CUDA-graph capture is refused with a clear error (the count
-  is read on the host). Index arithmetic is 64-bit (outputs over 2^31 elements work). Expert or slot
-  indices that would land outside the output are skipped: nothing is ever written outside it. Wrong
-  dtypes, devices or ranks raise a ValueError naming the input; every C++ message is a plain literal (a
-  failing check whose message formatted a value crashed the process on the H200).
+Design (each alternative is a constant below, so a variant is one substitution; figures are H200, busy GPU,
+one process, unless said):
+- One launch (TICKETS): `pack_tickets` does the whole pack. Blocks draw chunk numbers from a counter on the
+  device: owner-map chunks first, then padding chunks (256 output rows each, zeroed where no token lands,
+  after every owner-map chunk is done), then the token-row chunks. In that order no block waits on a chunk no
+  running block holds. The grid is the blocks resident at once. The owner map and the counters are kept per
+  (device, stream) between calls, so a call allocates only its output. Against two launches (TICKETS 0: an
+  owner-map kernel, then one grid for token and padding rows started early with programmatic dependent launch,
+  FUSED and PDL), idle: 4.1 us less at wide, 3.0 at mixtral, 0.9 at deepseek, 3.6 at seed.
+- Alternatives measured and not kept: padding chunks last (+23 us at deepseek); 32 blocks per SM instead of the
+  resident grid (PERSISTENT 0, +2.3 us at wide); `__launch_bounds__(256, 4)` (MIN_BLOCKS 4: a register spill,
+  6-12 us slower); the output pulled in order through the owner map (GATHER 1: +2.4 to +7.0 us, since a block
+  cannot issue a read before the map names its row); padding rows zeroed by the whole block (ZERO_SPREAD 1:
+  -2.8 us at deepseek, +1.6 to +2.3 on the shapes without padding); zero-filling the whole output first
+  (ZERO_FILL_FIRST: +36 to +57 us); rows moved by the bulk-copy engine (8-10% slower than a torch copy even
+  as a plain copy).
+- The owner map is never cleared (no memset launch): a reader accepts owner[r] only if that token's indices
+  really land on r, so a stale value can only name a row that was written.
+- The row count: the first thread writes expert_offsets[-1] to pinned host memory mapped into the device; the
+  host spins on it while the kernel runs. A 4-byte copy and an event instead (COUNT_BY_KERNEL 0) cost +8 to
+  +9 us; reading the count before launching (SYNC_READ_FIRST) +18 us. The output is a view of the first
+  `total` rows of a buffer of guessed capacity (tokens + 16 per expert); a larger count falls back to an exact
+  buffer and a second pass.
+- Rows move in the widest vector the row size and both base addresses allow: 16 bytes when row bytes % 16 ==
+  0, else 8, 4, 2 or 1 (a 130-float row moves as 8-byte vectors, never misaligned).
+- FLAT: the token rows are one contiguous array of vectors, as in a copy kernel; each thread loads FLAT_ITEMS
+  = 8 vectors (THREADS apart) before it looks up any destination, so the index loads overlap the data in
+  flight. Against a group of threads per row (FLAT 0): wide 147.8 against 152.3 us (copy 132.0), mixtral 78.8
+  against 81.1 (copy 69.9), deepseek 77.8 against 79.4 (copy 68.6), seed equal.
+- Host path: the contract is checked in C++ before any launch (checking it in Python too, CHECK_IN_PYTHON,
+  costs up to 4 us); SM count cached; pinned slot and event made once per thread.
+- Kernels run on PyTorch's current stream; CUDA-graph capture is refused with a clear error (the count is read
+  on the host). Index arithmetic is 64-bit (outputs over 2^31 elements work). Expert or slot indices that would
+  land outside the output are skipped: nothing is ever written outside it. Wrong dtypes, devices or ranks
+  raise a ValueError naming the input; every C++ message is a plain literal (a failing check whose message
+  formatted a value crashed the process on the H200).
 
-Measured with the harness on the H200, nineteenth session (docs/benchmarks.md), 15 separate evaluations in
-two calls: time over a copy of the same bytes 1.07-1.10x at wide, 1.06-1.09x at mixtral (target 1.10x: met in
-every run), 1.08-1.18x at deepseek (met in 5 of 15); 2.72-2.84x eager at wide (target 3x: missed), where the
-eager reference itself was 2.93-3.09x a copy of the same bytes timed in the same rounds, so 3x there would
-need a kernel faster than a copy. Sixteenth session, 6 separate evaluations
-(5 stability runs and the roofline run): time over a copy of the same bytes 1.08-1.09x at wide, 1.07-1.10x
-at mixtral, 1.09-1.13x at deepseek (target 1.10x: met at wide and mixtral in every run, at deepseek in 1 of
-6); 2.72-2.75x eager at wide (target 3x: missed). Fifteenth session, a slower host (empty launch 22-56 us),
-5 evaluations: 1.08-1.14x at wide, 1.06-1.16x at mixtral, 1.095-1.19x at deepseek; 2.73-3.04x eager at wide;
-in those runs the eager reference's median over the copy floor's was 3.17-3.31 at wide, so 3x needs about
-1.05-1.10x a copy there.
-
-Earlier, with the two launches (docs/benchmarks.md, fifth session; time over a copy of the same
-bytes timed beside each round, median of 5 rounds): wide 1.097x, mixtral 1.095x, deepseek 1.093x
-(target 1.10x: met in that run; in 15 further runs of each shape in the same session, 1.08-1.16x at
-wide and 1.09-1.19x at mixtral, so not met reliably); 2.70x eager at wide (target 3x: missed; a copy
-of the same bytes timed beside it was 2.98x); seed 39.9 us against a read-and-launch floor of 45.2 us
-(target 1.3x: met).
+Through the harness on the H200 (docs/methodology.md has the current figures and their command): time over a
+copy of the same bytes 1.07-1.10x at wide and 1.06-1.09x at mixtral, 1.08-1.18x at deepseek; 2.7-2.8x eager at
+wide, where the eager reference itself is 2.9-3.1x a copy of the same bytes, so 3x there would need a kernel
+faster than a copy.
 """
 
 import torch
@@ -114,7 +59,7 @@ BLOCKS_PER_SM = 32  # grid cap: blocks per SM (8 would be a persistent grid at f
 STREAM_STORES = 1  # 1: streaming stores (__stcs), 0: plain stores
 PREFETCH_NEXT = 1  # 1: load the next row's indices while this row's data is in flight
 COUNT_BY_KERNEL = 1  # 1: the scatter writes the row count to mapped host memory; 0: a 4-byte copy + event
-CHECK_IN_PYTHON = 0  # ablation: check the contract in Python too, before the call (the first session's way)
+CHECK_IN_PYTHON = 0  # ablation: check the contract in Python too, before the call
 SYNC_READ_FIRST = 0  # ablation: read the row count before launching (a host round trip in front of the kernels)
 ZERO_FILL_FIRST = 0  # ablation: zero the whole output first, then scatter (the original kernel's extra pass)
 FLAT = 1  # 1: token rows moved as one flat array of vectors, as a copy kernel would; 0: a group of threads per row
@@ -445,8 +390,8 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // on a stream: this call's numbers start at ticket_base): first the owner-map chunks (THREADS tokens
 // each; counters[1] counts those done), then the padding chunks (THREADS output rows each), which wait
 // until counters[1] reaches marked_target, then the token-row chunks. The padding chunks come before the
-// token rows so that their writes overlap the scatter; last, they were the grid's tail (the fifteenth
-// session: +23 us at deepseek, 28 MB of padding rows). Chunks are handed out in that order to blocks
+// token rows so that their writes overlap the scatter; last, they were the grid's tail (+23 us at
+// deepseek, 28 MB of padding rows). Chunks are handed out in that order to blocks
 // already running, so every owner-map chunk is held by a block that never waits: no block can wait on
 // one that has not started. Each block draws its next number while it works on the current one and stops at the first
 // number past the end, so a call draws exactly chunks + gridDim numbers (the host's next ticket_base).
@@ -903,7 +848,7 @@ torch::Tensor pack_tokens_cuda(const torch::Tensor& src, const torch::Tensor& e,
                                const torch::Tensor& off);
 
 // Every message is a plain literal: on the H200 a failing check whose message formatted a value crashed
-// the process (docs/benchmarks.md). Each check names the input it refuses; TORCH_CHECK_VALUE raises
+// the process. Each check names the input it refuses; TORCH_CHECK_VALUE raises
 // ValueError in Python.
 static void check_index(const torch::Tensor& t, const torch::Tensor& x, const char* wrong_device,
                         const char* wrong_dtype, const char* wrong_rank) {

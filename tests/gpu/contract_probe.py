@@ -9,7 +9,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.build_worker import import_on_this_gpu  # noqa: E402
+from harness.worker.build_main import import_on_this_gpu  # noqa: E402
 
 CASES = {
     "int64 index": lambda x, e, s, o: (x, e.long(), s, o),

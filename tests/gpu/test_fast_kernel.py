@@ -1,7 +1,7 @@
 """The fast pack-tokens kernel (marker gpu): exact against the reference on adversarial routings, dtypes,
 row sizes, padding, single and zero tokens, outputs over 2^31 elements; clear errors outside the contract.
 
-KBH_KERNEL=FILE runs the same tests on a variant of the solution (bench/variants.py writes them)."""
+KBH_KERNEL=FILE runs the same tests on a variant of the solution (bench/_common.candidate_variant writes one)."""
 
 import os
 import subprocess
@@ -21,7 +21,7 @@ KERNEL = os.environ.get("KBH_KERNEL", str(REPO / "solutions" / "pack_tokens" / "
 @pytest.fixture(scope="module")
 def kernel(build_cache):
     """Import the solution through the harness's build cache (a hit when the bundled run built it)."""
-    from harness.build_worker import import_on_this_gpu
+    from harness.worker.build_main import import_on_this_gpu
 
     return import_on_this_gpu(KERNEL, build_cache).ModelNew()
 

@@ -26,7 +26,7 @@ def test_gpu_draw_keeps_the_contract_without_a_host_sync(params):
 def test_gpu_draws_of_one_seed_are_identical():
     """The judge and the candidate's worker draw each seed apart; their sets must agree bit for bit. A
     deepseek-sized draw repeated, against the first: a draw whose running sums were floating point differed
-    in rare draws (the fifteenth session's rejected honest call)."""
+    in rare draws, rejecting an honest kernel."""
     params = dict(num_tokens=8192, hidden_dim=8, num_experts=256, dtype="bfloat16", pad_to=16)
     for seed in (11, 12):
         first = make_inputs(NS, params, seed, "cuda")
@@ -36,9 +36,9 @@ def test_gpu_draws_of_one_seed_are_identical():
 
 
 def test_a_draw_with_a_floating_point_cumsum_on_the_gpu_is_refused_or_repeats():
-    """The fifteenth session's kind of draw, under the harness's deterministic mode: torch either refuses a
+    """A draw with a floating-point cumsum, under the harness's deterministic mode: torch either refuses a
     floating-point cumsum on CUDA (one line, on the first draw) or runs a deterministic one. torch 2.11 on
-    the H200 ran it over 64 elements without a word (sixteenth session); 2^20 elements take many blocks,
+    the H200 ran it over 64 elements without a word; 2^20 elements take many blocks,
     whose partial sums meet in an order set by timing unless torch orders them."""
     def get_inputs(n=1 << 20, device=None):
         return [torch.cumsum(torch.rand(n, device=device), 0)]

@@ -1,0 +1,298 @@
+"""Candidate building: each candidate imported in its own build process (harness.worker.build_main), with no GPU
+visible, a time limit and its compiler output in a log; builds run in a pool sized from cores and memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cachekeys import build_memo_key, partial_header
+from . import forkserver, isolation
+from .buildcache import adopt_staged, memo_lookup, memo_store
+from .processes import groups_stopped
+
+
+class RunningBuilds:
+    """The build processes running now, by process group: paused while something is timed on cores they share,
+    and killed when a run stops early."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._names: dict[int, str] = {}
+
+    def add(self, pid: int, name: str) -> None:
+        with self._lock:
+            self._names[pid] = name
+
+    def remove(self, pid: int) -> None:
+        with self._lock:
+            self._names.pop(pid, None)
+
+    @contextlib.contextmanager
+    def frozen(self, except_name: str | None = None):
+        """Every running build stopped (SIGSTOP) but one's, continued afterwards."""
+        with self._lock:
+            pids = [pid for pid, name in self._names.items() if name != except_name]
+        with groups_stopped(pids):
+            yield
+
+    def kill_all(self) -> None:
+        with self._lock:
+            pids = list(self._names)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+RUNNING = RunningBuilds()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    path: Path
+    source: str
+    sha256: str
+    copy_path: Path
+
+    @property
+    def native_kind(self) -> str:
+        if "cuda_sources" in self.source or ".cu" in self.source:
+            return "cuda"
+        if "load_inline" in self.source or "cpp_extension" in self.source:
+            return "cpp"
+        return "python"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    status: str
+    message: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+    pch: bool = False  # main.cpp compiled with the cache's precompiled torch/extension.h
+    memo: bool = False  # found in the cache's record of earlier builds: no build process ran
+    ext_root: str | None = None  # --isolate: the candidate's own folder of the cache, where its worker loads from
+
+
+def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
+    """A private copy of the candidate: what the static checks read is what the workers import."""
+    text = path.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    folder = src_dir / digest[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / path.name
+    copy.write_text(text)
+    return Candidate(name=name, path=path, source=text, sha256=digest, copy_path=copy)
+
+
+def default_jobs(reserved_cores: int = 1) -> int:
+    """Builds in parallel: two per core left after the evaluation lane, at most one per 3 GB of memory.
+
+    Each build runs its two compiler processes (main.cpp and the .cu) at once, and builds run at falling
+    priority in the order submitted (build_nice): a build past the first core-count runs on the CPU time the
+    earlier ones leave, so starting it at once costs them little, where a build waiting for a slot waits for a
+    whole earlier build (the 16th of 16 candidates on the H200 host, one slot short, ended 8-10 s after all the
+    others).
+    """
+    cores = len(os.sched_getaffinity(0))
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gb = 8
+    return max(1, min(2 * (cores - reserved_cores), int(mem_gb // 3)))
+
+
+def build_nice(order: int) -> int:
+    """Scheduling priority of the build submitted order-th: the earliest builds get the cores first, so they
+    finish early and the GPU starts evaluating while later builds run, instead of every build finishing
+    together after one long wait. All builds yield to the judge and the workers (nice 0)."""
+    return min(19, 1 + order)
+
+
+def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
+    env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain}
+    if arch:
+        env["TORCH_CUDA_ARCH_LIST"] = arch
+    return env
+
+
+def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
+              log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0, isolate: bool = False) -> BuildResult:
+    """Build in a process of its own, unless the cache holds every extension an earlier build of the same source
+    in the same environment made (buildcache.memo_lookup): a warm batch then starts no build process."""
+    t0 = time.monotonic()
+    full_env = forkserver.worker_env(repo_root, env)
+    memo_key = build_memo_key(cand.sha256, full_env)
+    root = extension_root(cache_dir, memo_key, isolate)
+    ext_root = str(root) if isolate else None
+    if memo_lookup(root, memo_key) is not None:
+        return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
+    ident = isolation.new_identity() if isolate else None
+    try:
+        return _build_process(cand, root, memo_key, full_env, ident, timeout_s, log_path, scratch, cores, nice, t0)
+    finally:
+        if ident is not None:
+            ident.end()
+
+
+def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
+    """Where a candidate's extensions live: the shared cache, or under --isolate a folder of its own, named by its
+    source and build environment (the memo key), which only the judge writes: no other candidate's build can
+    place a library where this one loads from."""
+    if not isolate:
+        return cache_dir
+    root = cache_dir / "by-source" / memo_key
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _build_process(cand: Candidate, root: Path, memo_key: str, full_env: dict, ident, timeout_s: float,
+                   log_path: Path, scratch: Path, cores, nice: int, t0: float) -> BuildResult:
+    ext_root = str(root) if ident is not None else None
+    result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
+    cwd, as_user = scratch, {}
+    if ident is not None:
+        full_env = dict(full_env, **ident.env())
+        result_path, cwd, as_user = ident.home / "result.json", ident.home, ident.popen()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"== build {cand.path} ==\n".encode())
+        log.flush()
+        args = [str(cand.copy_path), str(result_path), str(root)]
+        server = forkserver.current() if ident is None else None
+        proc = server.fork(full_env, cwd, log.fileno(), build=args) if server else None
+        proc = proc or subprocess.Popen([sys.executable, "-m", "harness.worker.build_main", *args],
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=cwd, env=full_env, start_new_session=True, **as_user)
+        if cores:
+            try:
+                os.sched_setaffinity(proc.pid, cores)
+            except OSError:
+                pass
+        if nice:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+        RUNNING.add(proc.pid, cand.name)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            return BuildResult("timeout", f"build exceeded its {timeout_s:.0f} s limit", time.monotonic() - t0,
+                               log=str(log_path))
+        finally:
+            RUNNING.remove(proc.pid)
+    seconds = time.monotonic() - t0
+    try:
+        data = json.loads(result_path.read_text())
+        result_path.unlink()
+    except (OSError, ValueError):
+        return BuildResult("deferred", f"build process ended without a result (exit code {proc.returncode})",
+                           seconds, log=str(log_path), ext_root=ext_root)
+    status = data.get("status")
+    events = data.get("events") or []
+    if not isinstance(events, list) or not all(isinstance(ev, dict) for ev in events):
+        events = []
+    if ident is not None:
+        adopt_staged(root, ident.staging, events)
+    cached = bool(events) and all(ev.get("cached") for ev in events)
+    pch = any(ev.get("pch") for ev in events)
+    if status == "built":
+        memo_store(root, memo_key, events)
+        return BuildResult("built", "", seconds, cached, str(log_path), pch, ext_root=ext_root)
+    if status == "compile_error":
+        return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path), ext_root=ext_root)
+    # An import that failed without a compiler error (or found no ModelNew) is decided by the
+    # evaluation worker, which imports the candidate again with the device visible.
+    return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path), ext_root=ext_root)
+
+
+class HeaderBuild:
+    """torch/extension.h precompiled into the build cache by the judge (`harness.worker.extcache --pch`, no candidate
+    code), once per torch and compiler. A build uses it if it is complete when its compile starts
+    (extcache.ready_pch). In CPU mode, where main.cpp is the whole compile, the runner makes it first and
+    waits. CUDA builds start at once (their .cu compile is the longer half and cannot use it) and the
+    header is made once a build has really compiled, so a run whose builds all come from the cache does not
+    spend a core on it: builds that start after it is ready, and later runs on the same cache, use it."""
+
+    def __init__(self, cache_dir: Path, toolchain: str, repo_root: Path, env: dict[str, str], log_path: Path,
+                 timeout_s: float, cores: list[int] | None = None):
+        self.folder: str | None = None
+        self.seconds: float | None = None
+        self.status = "not started"
+        self._args = [sys.executable, "-m", "harness.worker.extcache", "--pch", str(cache_dir), toolchain]
+        self._env, self._log, self._timeout, self._cores = forkserver.worker_env(repo_root, env), log_path, timeout_s, cores
+        self._cache = Path(cache_dir)
+        self._proc: subprocess.Popen | None = None
+        self._done = threading.Event()
+
+    def start(self) -> None:
+        self.status = "building"
+        t0 = time.monotonic()
+        with open(self._log, "ab") as log:
+            self._proc = subprocess.Popen(self._args, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=log, start_new_session=True)
+        if self._cores:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(self._proc.pid, self._cores)
+
+        def finish() -> None:
+            try:
+                out, _ = self._proc.communicate(timeout=self._timeout)
+                line = next((ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("PCH ")), "")
+                self.folder = line[4:].strip() or None
+                if self.status != "stopped":
+                    self.status = "ready" if self.folder else ("none" if self._proc.returncode == 0 else "failed")
+            except subprocess.TimeoutExpired:
+                self.stop()
+                self.status = "timeout"
+            self.seconds = time.monotonic() - t0
+            self._done.set()
+
+        threading.Thread(target=finish, name="kbh-pch", daemon=True).start()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def stop(self) -> None:
+        """Kill a header build still running when the run ends, and drop its partial file."""
+        if self._proc is not None and self._proc.poll() is None:
+            self.status = "stopped"
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+            for tmp in (self._cache / "pch").glob(f"*/torch/{partial_header(self._proc.pid)}"):
+                tmp.unlink(missing_ok=True)
+
+    def info(self) -> dict:
+        return {"status": self.status, "folder": self.folder,
+                "seconds": round(self.seconds, 2) if self.seconds is not None else None}
+
+
+class BuildPool:
+    def __init__(self, jobs: int):
+        self.executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="kbh-build")
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        return self.executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self) -> None:
+        """Cancel queued builds and kill running ones (a run that stops early must not wait for them)."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        RUNNING.kill_all()

@@ -1,0 +1,81 @@
+"""What the judge observed about one candidate on one shape: filled in by evaluate.py, read by verdict.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..stats import Measurement, Round
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    kind: str
+    detail: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    first_mismatch: tuple[int, ...] | None = None
+    mismatches: int = 0
+    uninitialized: bool = False
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    seed: int
+    phase: str
+    comparison: Comparison
+    replay_of: int | None = None
+    late_write: bool = False
+    aliases_input: bool = False
+    input_mutated: bool = False
+    deterministic_kept: bool = True
+    thread_growth: bool = False
+    extra_py_threads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimedVerification:
+    index: int
+    seed: int
+    ok: bool
+    replay: bool = False
+    input_mutated: bool = False
+
+
+@dataclass(frozen=True)
+class Calibration:
+    empty_launch_us: float
+    read_us: float
+    copy_gbps: float
+    host_gap_us: float = 0.0
+    cache_bytes: int = 0
+    copy_bytes: int = 0
+
+
+@dataclass
+class Evidence:
+    """Gathered stage by stage for one solution x shape; the verdict reads it whole."""
+
+    device: str
+    static_errors: list[str] = field(default_factory=list)
+    static_warnings: list[str] = field(default_factory=list)
+    static_policy: str = "strict"
+    failure: tuple[str, str] | None = None
+    bad_output: tuple[str, str] | None = None
+    reference_error: str | None = None
+    patched: set[str] = field(default_factory=set)
+    checks: list[CheckOutcome] = field(default_factory=list)
+    timing: Measurement | None = None
+    rounds: list[Round] = field(default_factory=list)
+    host_gap_us: float | None = None
+    device_exceeds_host: bool = False
+    timing_thread_growth: bool = False
+    timing_py_threads: list[str] = field(default_factory=list)
+    timed: list[TimedVerification] = field(default_factory=list)
+    judge_call_us: float | None = None
+    graph: Measurement | None = None
+    graph_message: str | None = None
+    min_bytes: int = 0
+    calibration: Calibration | None = None
+    floor_launch_us: float | None = None
+    tampered: list[str] = field(default_factory=list)

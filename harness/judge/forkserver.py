@@ -1,0 +1,235 @@
+"""The judge's side of the fork server (harness.worker.forkserver_main): start it, ask it for forks, wait on
+them.
+
+A fork is the same as a fresh process but for what an interpreter, torch or the harness reads while starting:
+the server starts with a worker's environment, and a process whose environment differs from it in such a
+variable (START_PREFIXES), other than the lane's and a build's keys (LATE_KEYS, read later), starts afresh. So
+do processes under a user of their own (--isolate), and every process once the server is gone or failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
+                       "TRITON_CACHE_DIR", "KBH_PCH"})
+"""The lane's keys, which a worker reads after it starts (`init` applies them), and a build's, read when it
+compiles."""
+
+START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_", "GOMP_",
+                  "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")
+"""Variables an interpreter, torch or the harness may read while starting or importing."""
+
+WORKER_HASH_SEED = "0"
+"""Every worker hashes strings the same way. With Python's random hash seed per process, 3 of 9 processes on the
+H200 host timed the seed reference 3.7-7.0% slow in every pass of an interleaved comparison, the host's phase
+divided out; none of 18 with a fixed seed was off by more than 2.5%. The reference and the candidate run in
+separate processes, so such an offset would enter one evaluation's speedup and not the next."""
+
+READY_TIMEOUT_S = 180.0
+REPLY_TIMEOUT_S = 30.0
+LOST = -255
+"""Exit code of a forked process whose status went with a fork server that died first."""
+
+
+class ForkedProc:
+    """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it.
+    wait() sleeps on a pidfd (readable once the process has exited; its pid is not reused before the server reaps
+    it, which it does only when asked), so a build waited for minutes costs no requests. Several threads may wait
+    at once (a spare's start and the pool that stops it): the pidfd is closed only when none is sleeping on it."""
+
+    def __init__(self, server: ForkServer, pid: int):
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+        self._sleeping = 0
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None and self._sleeping == 0:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                self.returncode = self.server.poll(self.pid)
+            if self.returncode is not None:
+                self._close_pidfd()
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001
+        while self.poll() is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            with self._lock:
+                fd = self._pidfd
+                self._sleeping += fd is not None
+            if fd is not None:
+                try:
+                    select.select([fd], [], [], left)
+                finally:
+                    with self._lock:
+                        self._sleeping -= 1
+            else:
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(0.05, 2 * pause)
+        with self._lock:
+            self._close_pidfd()
+        return self.returncode
+
+    def __del__(self) -> None:
+        if getattr(self, "_pidfd", None) is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+
+
+class ForkServer:
+    def __init__(self, env: dict[str, str]):
+        self.env = dict(env)
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fd, log = tempfile.mkstemp(prefix="kbh-forkserver-", suffix=".log")
+        self.log_path = Path(log)
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.forkserver_main", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
+                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        os.close(fd)
+        theirs.close()
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.status = "starting"
+        self.info: dict = {}
+        self.forks = 0
+        self.declined = 0
+
+    def _ready(self) -> bool:
+        """Wait for the server's imports (once); False if it failed: the judge then starts fresh processes."""
+        if self.status == "starting":
+            self._sock.settimeout(READY_TIMEOUT_S)
+            try:
+                self.info = json.loads(self._sock.recv(1 << 16) or b"{}")
+            except (OSError, ValueError):
+                self.info = {}
+            ok = self.info.get("ready") and not self.info.get("cuda_loaded")
+            self.status = "ready" if ok else "failed"
+            self.info["ready_after_s"] = round(time.monotonic() - self.started, 2)
+            if not ok:
+                self._stop_server()
+        return self.status == "ready"
+
+    def _ask(self, msg: dict, fds: tuple[int, ...] = ()) -> dict | None:
+        try:
+            self._sock.settimeout(REPLY_TIMEOUT_S)
+            socket.send_fds(self._sock, [json.dumps(msg).encode()], list(fds))
+            data = self._sock.recv(1 << 16)
+            if not data:
+                raise OSError("fork server closed its socket")
+            return json.loads(data)
+        except (OSError, ValueError):
+            self.status = "lost"
+            self._stop_server()
+            return None
+
+    def fork(self, env: dict[str, str], cwd: Path, log_fd: int, conn_fd: int | None = None,
+             build: list[str] | None = None) -> ForkedProc | None:
+        """A worker serving the judge on conn_fd (or a build: `harness.worker.build_main` with these arguments) forked
+        with this environment and cwd, or None where a fresh process is needed (an environment that differs in
+        what an interpreter reads at its start) or the server is gone."""
+        differs = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)
+                   and k.startswith(START_PREFIXES) and k not in LATE_KEYS}
+        with self.lock:
+            if differs or not self._ready():
+                self.declined += 1
+                return None
+            fds = (log_fd,) if conn_fd is None else (log_fd, conn_fd)
+            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd), "build": build}, fds)
+            if not reply or "pid" not in reply:
+                self.declined += 1
+                if reply is not None:  # refused (the driver started in it): ask no more
+                    self.status = "refused"
+                    self.info["refused"] = reply.get("error", "")
+                    self._stop_server()
+                return None
+            self.forks += 1
+            return ForkedProc(self, reply["pid"])
+
+    def poll(self, pid: int) -> int | None:
+        with self.lock:
+            if self.status == "ready":
+                reply = self._ask({"op": "poll", "pid": pid})
+                if reply is not None:
+                    return LOST if reply.get("lost") else reply.get("code")
+        # the server is gone: its children were handed to init, which reaps them
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return LOST
+        return LOST if state in ("Z", "X") else None
+
+    def _stop_server(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> None:
+        """Stop the server (its forked workers are the judge's to stop) and drop its log."""
+        if self.status in ("starting", "ready"):
+            self.status = "closed"
+        self._stop_server()
+        self._sock.close()
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+    def summary(self) -> dict:
+        return {"status": self.status, "forks": self.forks, "declined": self.declined, **self.info}
+
+
+_CURRENT: list[ForkServer] = []
+
+
+def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker process starts with: the judge's, the repo on PYTHONPATH, unbuffered output, the
+    draws' cuBLAS workspace, the fixed hash seed (WORKER_HASH_SEED), then extra."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    # draws run in torch's deterministic mode (problem.deterministic_draw), where cuBLAS needs a fixed workspace
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    env["PYTHONHASHSEED"] = WORKER_HASH_SEED
+    return env
+
+
+def start(repo_root: Path) -> ForkServer:
+    stop()
+    server = ForkServer(worker_env(repo_root))
+    _CURRENT.append(server)
+    return server
+
+
+def current() -> ForkServer | None:
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def stop() -> None:
+    while _CURRENT:
+        _CURRENT.pop().close()
+

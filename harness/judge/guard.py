@@ -1,0 +1,216 @@
+"""Guard of the harness's tree and of the run's results folder against writes by candidates.
+
+The judge hashes its protected files at start and checks them after every build and every evaluation: a
+changed, added or deleted file is restored (or removed) and named, and the candidates whose code ran since the
+last clean check are the suspects (TamperWatch). The results folder may hold only the files the judge writes;
+results.jsonl must read exactly as the judge wrote it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import threading
+from pathlib import Path
+
+from .builds import RUNNING, run_build
+from .records import RecordWriter
+
+PROTECTED = ("harness", "problems", "configs", "run_eval.py")
+KEPT_DIR = "times"
+RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summary.json"}
+
+
+def _hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class TreeGuard:
+    def __init__(self, repo_root: Path, out_dir: Path, writer: RecordWriter, extra_roots: tuple[Path, ...] = ()):
+        self.repo_root = repo_root
+        self.out_dir = out_dir
+        self.writer = writer
+        self.roots = [repo_root / p for p in PROTECTED] + list(extra_roots)
+        self.saved = {p: p.read_bytes() for p in self._files()}
+        self.hashes = {p: hashlib.sha256(b).hexdigest() for p, b in self.saved.items()}
+        self.allowed_logs: set[str] = set()
+        kept = out_dir / KEPT_DIR  # a resumed run's earlier files are the judge's too
+        self.kept: dict[str, bytes] = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} if kept.is_dir() else {}
+        self._lock = threading.Lock()
+
+    def _files(self) -> list[Path]:
+        files = []
+        for root in self.roots:
+            if root.is_file():
+                files.append(root)
+            elif root.is_dir():
+                files.extend(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        return files
+
+    def allow_log(self, name: str) -> None:
+        self.allowed_logs.add(name)
+
+    def keep(self, name: str, data: bytes) -> Path:
+        """Write a file of the judge's own under the run's `times` folder; it must read the same at every check."""
+        path = self.out_dir / KEPT_DIR / name
+        with self._lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            self.kept[name] = data
+        return path
+
+    def check(self) -> list[str]:
+        """Undo every change found; return what was changed, as paths relative to the repo or run."""
+        with self._lock:
+            changed = []
+            now = set(self._files())
+            for p, digest in self.hashes.items():
+                if p not in now or _hash(p) != digest:
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(self.saved[p])
+                    changed.append(self._rel(p))
+            for p in now - set(self.hashes):
+                p.unlink(missing_ok=True)
+                changed.append(self._rel(p))
+            if not self.writer.intact():
+                self.writer.restore()
+                changed.append(self._rel(self.writer.path))
+            changed.extend(self._foreign_results())
+            return changed
+
+    def _foreign_results(self) -> list[str]:
+        found = []
+        if not self.out_dir.is_dir():
+            return found
+        quarantine = self.out_dir / "quarantine"
+        for p in self.out_dir.iterdir():
+            if p.name in RESULT_FILES or p.name in ("logs", "quarantine", KEPT_DIR):
+                continue
+            found.append(self._rel(p))
+            quarantine.mkdir(exist_ok=True)
+            shutil.move(str(p), quarantine / p.name)
+        logs = self.out_dir / "logs"
+        if logs.is_dir():
+            for p in logs.iterdir():
+                if p.name not in self.allowed_logs:
+                    found.append(self._rel(p))
+                    quarantine.mkdir(exist_ok=True)
+                    shutil.move(str(p), quarantine / p.name)
+        kept = self.out_dir / KEPT_DIR
+        if kept.is_dir():
+            for p in kept.iterdir():
+                if self.kept.get(p.name) is None or not p.is_file() or p.read_bytes() != self.kept[p.name]:
+                    found.append(self._rel(p))
+                    quarantine.mkdir(exist_ok=True)
+                    shutil.move(str(p), quarantine / f"{KEPT_DIR}.{p.name}")
+        for name, data in self.kept.items():
+            if not (kept / name).is_file():
+                kept.mkdir(parents=True, exist_ok=True)
+                (kept / name).write_bytes(data)
+        return found
+
+    def _rel(self, p: Path) -> str:
+        for base in (self.repo_root, self.out_dir.parent):
+            try:
+                return str(p.relative_to(base))
+            except ValueError:
+                continue
+        return str(p)
+
+
+class Gate:
+    """Lanes pass it shared around each worker command; tamper attribution takes it alone."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._writer = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class TamperWatch:
+    """Pins a change to the protected files on the candidate that made it. With builds running beside an
+    evaluation the writer is not known: every evaluation is held between commands (the gate), and each candidate
+    that was building is imported again alone, the other builds stopped; one that writes again is the culprit,
+    else the candidate under evaluation is."""
+
+    def __init__(self, guard: TreeGuard):
+        self.guard = guard
+        self.gate = Gate()
+        self.lock = threading.Lock()
+        self.building: dict[str, tuple] = {}  # name -> (candidate, run_build's keyword arguments)
+        self.evaluating: set[str] = set()
+        self.found: dict[str, list[str]] = {}
+        self.warnings: list[str] = []
+
+    def build_started(self, name: str, cand, kwargs: dict) -> None:
+        with self.lock:
+            self.building[name] = (cand, kwargs)
+
+    def build_ended(self, name: str) -> None:
+        self.check()
+        with self.lock:
+            self.building.pop(name, None)
+
+    @contextlib.contextmanager
+    def evaluation(self, name: str):
+        with self.lock:
+            self.evaluating.add(name)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.evaluating.discard(name)
+
+    def check(self) -> None:
+        """Restore any change to the protected files and name who made it."""
+        with self.lock:
+            changed = self.guard.check()
+            if not changed:
+                return
+            with self.gate.exclusive():
+                evaluating, builders = sorted(self.evaluating), sorted(self.building)
+                guilty = [n for n in builders if self._writes_again(n)]
+            guilty = guilty or evaluating or builders or ["(unknown)"]
+            for name in guilty:
+                self.found.setdefault(name, []).extend(changed)
+            self.warnings.append(f"{', '.join(guilty)} changed {', '.join(changed)} (restored)")
+
+    def _writes_again(self, name: str) -> bool:
+        cand, kwargs = self.building[name]
+        with RUNNING.frozen(except_name=name):
+            self.guard.check()
+            run_build(cand, **kwargs)
+            return bool(self.guard.check())
+
+    def tampered_by(self, name: str) -> list[str]:
+        self.check()
+        return list(dict.fromkeys(self.found.get(name, [])))

@@ -1,0 +1,177 @@
+"""Evaluation lanes: each owns one device (a GPU, or the CPU) with its reference worker, a few candidate workers
+started ahead, and a thread that evaluates candidates from the run's queue as their builds finish."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import isolation
+from .evaluate import INIT_TIMEOUT_S, CandidateEvaluation, safe_name
+from .evidence import Calibration
+from .guard import Gate, TamperWatch
+from .processes import WorkerGone, WorkerHandle
+from .profile import Profile
+from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .turns import DeviceTurn
+
+POISON_BYTES = 4 * 2**30
+SPARE_WORKERS = 2
+"""Candidate workers a lane keeps started ahead where it has cores of its own (one where workers share cores with
+timing). A worker is a fork of the fork server: its start and the problem's load take 0.3-0.5 s, its CUDA context
+and poisoned block 0.2-0.3 s in the device's turn, against 1.3-3 s for a record; the second covers a worker
+discarded mid-candidate. Each idle spare holds a CUDA context and its poisoned block."""
+
+
+@dataclass
+class LaneContext:
+    """What one lane needs to start and drive candidate workers."""
+
+    index: int
+    plan: object
+    store: ReferenceStore
+    ref: ReferenceRunner
+    scratch: Path
+    log_dir: Path
+    device_name: str
+    cores: list[int] | None
+    poison_bytes: int
+    gate: Gate
+    turn: DeviceTurn
+    keep: Callable[[str, bytes], Path] | None
+    profile: Profile
+    cache_bytes: int = 0
+    calibration: Calibration | None = None
+    timings: dict[str, RefTiming] = field(default_factory=dict)
+
+
+def start_worker(plan, repo_root: Path, env: dict, log: Path, cwd: Path, trusted: bool) -> WorkerHandle:
+    """A worker process: under --isolate, one that imports candidates runs as a user of its own."""
+    ident = isolation.new_identity() if plan.isolate and not trusted else None
+    return WorkerHandle(repo_root=repo_root, env=env, log_path=log, cwd=cwd, trusted=trusted, identity=ident)
+
+
+class SparePool:
+    """Candidate workers kept started ahead (up to `size`, started in parallel), so a candidate starts in a ready
+    process. make(register) starts one and calls register(handle) as soon as its process exists, so close() can
+    kill spares still starting instead of waiting for them."""
+
+    def __init__(self, make: Callable[[Callable[[object], None]], WorkerHandle | None], size: int = 1,
+                 needed: int | None = None):
+        self.make = make
+        self.size = max(1, size)
+        self.needed = needed
+        self.lock = threading.Lock()
+        self.slots: list[tuple[threading.Thread, list, list]] = []
+
+    def _start(self) -> None:
+        box: list = [None]
+        spawned: list = []
+        t = threading.Thread(target=lambda: box.__setitem__(0, self.make(spawned.append)), daemon=True)
+        t.start()
+        self.slots.append((t, box, spawned))
+
+    def prime(self) -> None:
+        """Start spares up to the pool's size, never more than the candidates still `needed`: a spare started for
+        no one holds a device context beside timed records for nothing."""
+        with self.lock:
+            cap = min(n for n in (self.size, self.needed) if n is not None)
+            while len(self.slots) < cap:
+                self._start()
+
+    def take(self) -> WorkerHandle | None:
+        """The first spare that is ready, else the oldest once it is (a spare can wait long for the device's turn
+        while another, started later, is ready)."""
+        with self.lock:
+            if not self.slots:
+                self._start()
+            if self.needed is not None:
+                self.needed = max(0, self.needed - 1)
+            ready = [k for k, (t, _, _) in enumerate(self.slots) if not t.is_alive()]
+            t, box, _ = self.slots.pop(ready[0] if ready else 0)
+        t.join()
+        self.prime()
+        return box[0]
+
+    def close(self) -> None:
+        """Every spare's processes killed at once, then reaped: ready or still starting, none is waited for."""
+        with self.lock:
+            slots, self.slots = self.slots, []
+        for _, _, spawned in slots:
+            for h in spawned:
+                h.stop()
+        for t, box, _ in slots:
+            t.join()
+            if box[0] is not None:
+                box[0].kill()
+
+
+def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path, cores: list[int] | None,
+                turn: DeviceTurn, holders: int, problem_src: dict, profile: Profile):
+    """How a lane starts a spare: the worker, its init with the problem (no device), then its device step in the
+    device's turn (a CUDA context, the poisoned block, the first shape's kernels loaded)."""
+    init_args = {"role": "candidate", "device": plan.device, "problem_src": problem_src, "fp_seed": plan.fp_seed,
+                 "cache_dir": str(plan.cache_dir), "cores": cores, "device_now": False, "env": lane_env}
+
+    def make(register) -> WorkerHandle | None:
+        w = start_worker(plan, repo_root, lane_env, log, scratch, trusted=False)
+        register(w)
+        started = profile.now()
+        try:
+            reply = w.request("init", INIT_TIMEOUT_S, cwd=str(w.own_folder(scratch)), **init_args)
+            if reply.get("ok") and plan.device == "cuda":
+                with turn.for_spare():
+                    reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=holders,
+                                      warm_params=dict(plan.shapes[0].params) if plan.shapes else None)
+            if not reply.get("ok"):
+                w.kill()
+                return None
+        except WorkerGone:
+            return None
+        finally:
+            profile.spare({"forked": w.forked, "started_s": started, "ready_s": profile.now()})
+        return w
+
+    return make
+
+
+def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict, static: dict, tamper: TamperWatch,
+             writer, progress: Callable[[str, int], None]) -> None:
+    """The reference's work on this lane (calibration, outputs on lane 0, timings per shape), then candidates from
+    the queue until it yields None, each shape's record written as it is decided."""
+    plan, ref = ctx.plan, ctx.ref
+    try:
+        ref.turn.open_to_spares(False)
+        ctx.calibration = ref.calibrate(ctx.cache_bytes)
+        for shape in plan.shapes:
+            if ctx.index == 0:
+                ctx.store.put(ref.outputs(shape))
+            ref_shape = ctx.store.get(shape.name)
+            if ref_shape.error is None:
+                ctx.timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
+            progress("reference", 1)
+        spares.prime()
+        ref.turn.open_to_spares(True)
+        ctx.profile.mark(f"lane{ctx.index}_reference_done")
+        while (item := work.get()) is not None:
+            cand, build = item
+            ctx.profile.mark(f"lane{ctx.index}_first_candidate", once=True)
+            errors, warnings = static[cand.name]
+            ev = CandidateEvaluation(ctx, cand, build, spares, errors, warnings, lambda n=cand.name: tamper.tampered_by(n))
+            with tamper.evaluation(cand.name):
+                try:
+                    for shape in todo[cand.name]:
+                        writer.write(ev.evaluate_shape(shape))
+                        progress("evaluate", 1)
+                finally:
+                    ev.close()
+    finally:
+        ref.turn.open_to_spares(True)  # no spare is left waiting for a window while it is closed
+        spares.close()
+
+
+def lane_log(log_dir: Path, kind: str, lane: int) -> Path:
+    return log_dir / f"{safe_name(kind)}.lane{lane}.log"

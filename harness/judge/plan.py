@@ -1,0 +1,140 @@
+"""The plan: config plus command line resolved into what this run will do, with every seed derived."""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from ..problem import ProblemSource
+from ..seeds import derive
+from ..settings import Config, LoopSettings, Shape
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: Config
+    problem: ProblemSource
+    device: str
+    shapes: tuple[Shape, ...]
+    solutions: tuple[tuple[str, Path], ...]
+    master_seed: int
+    seed_given: bool
+    seeds: int
+    static_policy: str
+    lanes: tuple[str, ...]
+    jobs: int
+    out_dir: Path
+    cache_dir: Path
+    run_id: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    build_only: bool = False
+    isolate: bool = False  # build and evaluation workers run as users of their own (harness.judge.isolation)
+    profile: bool = False  # records and run.json say where the wall time went
+
+    @property
+    def loop(self) -> LoopSettings:
+        return LoopSettings.of(self.config.timing)
+
+    def check_seeds(self, shape: str) -> list[int]:
+        return [derive(self.master_seed, shape, "check", k) for k in range(self.seeds)]
+
+    def post_seed(self, shape: str) -> int:
+        return derive(self.master_seed, shape, "post")
+
+    def time_seed(self, shape: str) -> int:
+        return derive(self.master_seed, shape, "time")
+
+    def graph_seed(self, shape: str) -> int:
+        return derive(self.master_seed, shape, "graph")
+
+    def judge_seed(self, shape: str) -> int:
+        return derive(self.master_seed, shape, "judge")
+
+    def init_seed(self, shape: str) -> int:
+        return derive(self.master_seed, shape, "init")
+
+    @property
+    def fp_seed(self) -> int:
+        return derive(self.master_seed, "fingerprint")
+
+    def seeds_json(self) -> dict:
+        return {
+            "master": self.master_seed,
+            "given": self.seed_given,
+            "shapes": {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
+                                "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}
+                       for s in self.shapes},
+        }
+
+
+def expand_solutions(values: list[str]) -> list[Path]:
+    """Files, folders (their *.py files) and globs, in order, each once; a miss is a usage error."""
+    out: list[Path] = []
+    for v in values:
+        if any(ch in v for ch in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(v, recursive=True) if m.endswith(".py"))
+            if not matches:
+                raise UsageError(f"--solution {v}: the pattern matches no .py file")
+            out.extend(matches)
+        elif Path(v).is_dir():
+            files = sorted(p for p in Path(v).glob("*.py") if not p.name.startswith(("_", ".")))
+            if not files:
+                raise UsageError(f"--solution {v}: the folder holds no .py file")
+            out.extend(files)
+        elif Path(v).is_file():
+            out.append(Path(v))
+        else:
+            raise UsageError(f"--solution {v}: no such file")
+    seen, unique = set(), []
+    for p in out:
+        r = p.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(r)
+    return unique
+
+
+def name_solutions(paths: list[Path]) -> tuple[tuple[str, Path], ...]:
+    """Short unique names: the file's stem, or parent/stem where stems collide."""
+    stems: dict[str, int] = {}
+    for p in paths:
+        stems[p.stem] = stems.get(p.stem, 0) + 1
+    named = []
+    for p in paths:
+        name = p.stem if stems[p.stem] == 1 else f"{p.parent.name}/{p.stem}"
+        named.append((name, p))
+    return tuple(named)
+
+
+def select_shapes(shapes: tuple[Shape, ...], names: list[str] | None) -> tuple[Shape, ...]:
+    if not names:
+        return shapes
+    by_name = {s.name: s for s in shapes}
+    for n in names:
+        if n not in by_name:
+            raise UsageError(f"--shapes {n}: no such shape in the config (it has: {', '.join(by_name)})")
+    return tuple(by_name[n] for n in names)
+
+
+def parse_lanes(value: str | None, device: str) -> tuple[str, ...]:
+    """--gpus: a count ('2') or device indices ('0,1'; '0,0' runs two lanes on GPU 0). On the CPU, a count."""
+    if not value:
+        return ("0",) if device == "cuda" else ("cpu",)
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise UsageError(f"--gpus {value}: expected a count or a comma-separated list of device indices")
+    if len(parts) == 1:
+        n = int(parts[0])
+        if n < 1:
+            raise UsageError(f"--gpus {value}: expected at least 1")
+        return tuple(str(i) for i in range(n)) if device == "cuda" else tuple("cpu" for _ in range(n))
+    if device != "cuda":
+        raise UsageError(f"--gpus {value}: device lists need --device cuda")
+    return tuple(parts)
+
+
+def default_cache_dir(repo_root: Path) -> Path:
+    return Path(os.environ.get("KBH_CACHE", repo_root / ".cache" / "kbh"))

@@ -1,0 +1,242 @@
+"""The judge's handles on worker processes: start, ask with a deadline, stop, kill.
+
+A worker gets a private socket (inherited as one file descriptor), its own process group (so a kill takes its
+compilers and threads with it) and a log file for everything it prints. It is a fork of the fork server where
+one is running and the worker runs as the judge's user, else a fresh `python -m harness.worker`. Replies are
+JSON; a reply too large or not JSON counts as the worker failing, never as data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing import Pipe
+from pathlib import Path
+
+from . import forkserver
+from .isolation import Identity
+
+MAX_REPLY_BYTES = 64 * 2**20
+
+
+class WorkerGone(Exception):
+    """The worker timed out (kind 'timeout') or died (kind 'died'); it has been killed."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker stopped answering"
+    if code == forkserver.LOST:
+        return "worker ended; its exit status went with the fork server"
+    if code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+@contextlib.contextmanager
+def groups_stopped(pids):
+    """The process groups led by pids stopped (SIGSTOP) meanwhile, continued (SIGCONT) after. SIGSTOP lands
+    asynchronously: each leader is awaited until the kernel reports it stopped (or gone), so the work that
+    needs them still starts only once they are."""
+    stopped = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGSTOP)
+            stopped.append(pid)
+    for pid in stopped:
+        _await_stop(pid)
+    try:
+        yield
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
+
+
+def _await_stop(pid: int, limit_s: float = 0.5) -> None:
+    stat = Path(f"/proc/{pid}/stat")
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.0005)
+
+
+class WorkerHandle:
+    def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
+                 identity: Identity | None = None):
+        parent, child = Pipe(duplex=True)
+        self.identity = identity
+        full_env = forkserver.worker_env(repo_root, dict(env, **(identity.env() if identity else {})))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        server = forkserver.current() if identity is None else None
+        proc = server.fork(full_env, self.own_folder(cwd), self._log.fileno(), child.fileno()) if server else None
+        self.proc = proc or subprocess.Popen(
+            [sys.executable, "-m", "harness.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self.own_folder(cwd), env=full_env, start_new_session=True, **(identity.popen() if identity else {}),
+        )
+        child.close()
+        self.conn = parent
+        self.trusted = trusted
+        self.alive = True
+        self.spawned_at = time.monotonic()
+
+    @property
+    def forked(self) -> bool:
+        """Whether this worker is a fork of the fork server (else a fresh process)."""
+        return isinstance(self.proc, forkserver.ForkedProc)
+
+    def send(self, obj: dict) -> None:
+        try:
+            self.conn.send_bytes(json.dumps(obj).encode())
+        except OSError as e:
+            self.kill()
+            raise WorkerGone("died", f"{describe_exit(self._wait_code())} ({e})") from None
+
+    def recv(self, timeout: float) -> dict:
+        if not self.conn.poll(max(timeout, 0.0)):
+            self.kill()
+            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s")
+        try:
+            data = self.conn.recv_bytes(None if self.trusted else MAX_REPLY_BYTES)
+            reply = json.loads(data)
+            if not isinstance(reply, dict):
+                raise ValueError("reply is not an object")
+            return reply
+        except (EOFError, OSError, ValueError) as e:
+            self.kill()
+            detail = describe_exit(self._wait_code())
+            if not isinstance(e, EOFError):
+                detail += f" ({type(e).__name__})"
+            raise WorkerGone("died", detail) from None
+
+    def recv_frame(self, nbytes: int, timeout: float) -> bytearray:
+        """One raw data frame of a known size, received into a writable buffer (no extra copy)."""
+        buf = bytearray(nbytes)
+        if not self.conn.poll(max(timeout, 0.0)):
+            self.kill()
+            raise WorkerGone("timeout", f"no data within {timeout:.0f} s")
+        try:
+            n = self.conn.recv_bytes_into(buf)
+        except (EOFError, OSError, BufferError):
+            self.kill()
+            raise WorkerGone("died", describe_exit(self._wait_code())) from None
+        if n != nbytes:
+            raise WorkerGone("died", f"data frame of {n} bytes, expected {nbytes}")
+        return buf
+
+    def frozen(self):
+        """The worker's whole process group stopped meanwhile: while the reference is timed beside a
+        candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
+        return groups_stopped([self.proc.pid] if self.alive else [])
+
+    def move_log(self, path: Path, timeout: float) -> None:
+        """Send the worker's output to path from now on, after what it printed so far."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError), open(path, "ab") as f:
+            f.write(self.log_path.read_bytes())
+        self.give_log(path)
+        reply = self.request("log", timeout, path=str(path))
+        if not reply.get("ok"):
+            raise WorkerGone("died", f"could not move its log: {reply.get('message', '')}")
+        self._log.close()
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+        self._log = open(path, "ab")
+        self.log_path = path
+
+    def own_folder(self, shared: Path) -> Path:
+        """Where this worker may write files for the judge (its cwd, output slots): its home under a user of its
+        own, else the run's shared scratch folder."""
+        return shared if self.identity is None else self.identity.home
+
+    def give_log(self, path: Path) -> None:
+        """A worker under a user of its own opens its log itself: the judge makes the file and hands it over."""
+        if self.identity is not None:
+            path.touch(mode=0o600)
+            self.identity.give(path)
+
+    def request(self, cmd: str, timeout: float, **args) -> dict:
+        self.send({"cmd": cmd, **args})
+        return self.recv(timeout)
+
+    def _wait_code(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """SIGKILL the worker's process group and return at once; kill() or close() reaps it later."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.conn.close()
+            self._log.close()
+            if self.identity is not None:
+                self.identity.end()
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                self.request("exit", timeout=5)
+            except WorkerGone:
+                pass
+            self.kill()
+
+
+def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int, timeout: float) -> tuple[list[float], list[float]]:
+    """Time calls with the judge's own clock, interleaving no-op round trips to measure the channel."""
+    worker.send({"cmd": "judge_timed", "base_seed": base_seed, "rounds": rounds})
+    deadline = time.monotonic() + timeout
+    calls, noops = [], []
+    for k in range(rounds):
+        msg = worker.recv(deadline - time.monotonic())
+        if "ready" not in msg:
+            return _finish(msg, calls, noops)
+        kind = "call" if k % 2 else "noop"
+        t0 = time.perf_counter()
+        worker.send({"go": kind})
+        done = worker.recv(deadline - time.monotonic())
+        t1 = time.perf_counter()
+        if "done" not in done:
+            return _finish(done, calls, noops)
+        (calls if kind == "call" else noops).append((t1 - t0) * 1e6)
+    final = worker.recv(deadline - time.monotonic())
+    return _finish(final, calls, noops)
+
+
+def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[float], list[float]]:
+    if not msg.get("ok", True) and "ready" not in msg:
+        raise RuntimeError(msg.get("message", "judge-timed calls failed"))
+    return calls, noops

@@ -1,0 +1,151 @@
+"""Records: one per solution x shape, the JSON line a user reads; written as each is decided.
+
+A record holds the verdict at its top level, and nested: `check` (errors against the reference), `timing` (the
+candidate's and the reference's figures), `floors` (what the cheapest call and a copy cost under the same
+conditions), `diagnostics` (the paired rounds the speedup was read from) and, with --profile, `profile` (where
+the evaluation's wall time went). Appended, flushed and fsynced, so an interrupted run keeps what it finished
+and `--resume` skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CheckFigures:
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    first_mismatch: list[int] | None = None
+    seed: int | None = None  # the failing seed
+
+
+@dataclass(frozen=True)
+class TimingFigures:
+    time_us: float | None = None  # median of the timed calls
+    runs: int | None = None
+    iqr_us: float | None = None
+    min_us: float | None = None
+    rse: float | None = None
+    gpu_time_us: float | None = None  # CUDA-graph replay
+    ref_time_us: float | None = None
+    ref_compile_time_us: float | None = None
+    ref_gpu_time_us: float | None = None
+    speedup_rounds: int | None = None
+    copy_ratio: float | None = None
+    bytes_min: int | None = None
+    bandwidth_gbps: float | None = None
+    bandwidth_frac: float | None = None
+
+
+@dataclass(frozen=True)
+class Floors:
+    launch_us: float | None = None
+    read_us: float | None = None
+    copy_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    rounds: list[dict] = field(default_factory=list)  # each round's medians
+    times_file: str | None = None  # every timed call of every round, under the run's times/
+
+
+@dataclass(frozen=True)
+class Record:
+    solution: str
+    problem: str
+    shape: str
+    status: str
+    flags: list[str] = field(default_factory=list)
+    message: str = ""
+    speedup: float | None = None
+    speedup_compile: float | None = None
+    check: CheckFigures = CheckFigures()
+    timing: TimingFigures | None = None
+    floors: Floors | None = None
+    diagnostics: Diagnostics | None = None
+    device: str = ""
+    lane: int = 0
+    solution_path: str = ""
+    log: str = ""
+    profile: dict | None = None
+
+    def to_json(self) -> dict:
+        """Non-finite figures (a relative error against a zero reference) become null; no profile, no key."""
+        d = _finite(asdict(self))
+        if d["profile"] is None:
+            del d["profile"]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> Record:
+        nested = {"check": CheckFigures, "timing": TimingFigures, "floors": Floors, "diagnostics": Diagnostics}
+        kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        for k, sub in nested.items():
+            if isinstance(kw.get(k), dict):
+                kw[k] = sub(**{f.name: kw[k][f.name] for f in fields(sub) if f.name in kw[k]})
+        return cls(**kw)
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return round(x, 6) if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+class RecordWriter:
+    """Appends records to results.jsonl; keeps the exact text it wrote, to detect and undo tampering."""
+
+    def __init__(self, path: Path, existing: list[Record] | None = None):
+        self.path = path
+        self.records: list[Record] = list(existing or [])
+        self._lock = threading.Lock()
+        self._text = path.read_text() if path.exists() else ""
+
+    def write(self, record: Record) -> None:
+        line = json.dumps(record.to_json()) + "\n"
+        with self._lock:
+            with open(self.path, "a") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            self._text += line
+            self.records.append(record)
+
+    def intact(self) -> bool:
+        with self._lock:
+            try:
+                return self.path.read_text() == self._text
+            except FileNotFoundError:
+                return self._text == ""
+            except OSError:
+                return False
+
+    def restore(self) -> None:
+        with self._lock:
+            self.path.write_text(self._text)
+
+
+def read_records(path: Path) -> list[Record]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(Record.from_json(json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return out

@@ -1,0 +1,217 @@
+"""The reference side of a run, in the judge: outputs, timings and calibration from a reference worker.
+
+Reference outputs for every check seed are produced once per run, travel over the worker's private socket and
+stay in the judge's memory; no candidate process ever holds them. Each lane (device) times the reference itself,
+eager and under torch.compile, the way candidates are timed. The reference worker runs no candidate code.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..settings import LoopSettings, Shape
+from ..stats import Measurement, Round, summarize
+from .compare import tensor_from_bytes
+from .evidence import Calibration
+from .processes import WorkerGone, WorkerHandle
+from .turns import DeviceTurn
+
+INIT_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RefShape:
+    shape: Shape
+    outputs: dict[int, list[tuple[dict, torch.Tensor]]] = field(default_factory=dict)
+    input_fps: dict[int, list[int]] = field(default_factory=dict)
+    in_bytes: int = 0
+    out_bytes: int = 0
+    error: str | None = None
+
+    @property
+    def min_bytes(self) -> int:
+        return self.in_bytes + self.out_bytes
+
+    def out_dtypes(self) -> list[str]:
+        first = next(iter(self.outputs.values()), [])
+        return [m["dtype"] for m, _ in first]
+
+
+@dataclass
+class RefTiming:
+    eager: Measurement | None = None
+    compiled: Measurement | None = None
+    graph: Measurement | None = None
+    floor_launch: Measurement | None = None
+    floor_read: Measurement | None = None
+    floor_copy: Measurement | None = None
+    compile_error: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class ReferenceStore:
+    """Reference outputs shared by every lane: computed by the first lane, awaited by the others."""
+
+    def __init__(self):
+        self.shapes: dict[str, RefShape] = {}
+        self.ready: dict[str, threading.Event] = {}
+        self.fps: dict[tuple[str, int, bool], list] = {}
+        self.lock = threading.Lock()
+
+    def event(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.ready.setdefault(name, threading.Event())
+
+    def put(self, ref: RefShape) -> None:
+        self.shapes[ref.shape.name] = ref
+        self.event(ref.shape.name).set()
+
+    def get(self, name: str) -> RefShape:
+        self.event(name).wait()
+        return self.shapes[name]
+
+
+class ReferenceRunner:
+    """Drives one lane's reference worker; timed commands take the device's turn."""
+
+    def __init__(self, worker: WorkerHandle, plan, timeout_s: float, turn: DeviceTurn | None = None):
+        self.worker = worker
+        self.plan = plan
+        self.loop: LoopSettings = plan.loop
+        self.timeout_s = timeout_s
+        self.current: tuple[str, bool] | None = None
+        self.lock = threading.Lock()
+        self.turn = turn or DeviceTurn()
+
+    def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
+        with self.turn.around(cmd):
+            reply = self.worker.request(cmd, timeout or self.timeout_s, **args)
+        if not reply.get("ok"):
+            raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
+        return reply
+
+    def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None,
+             env: dict | None = None) -> dict:
+        return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
+                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
+
+    def calibrate(self, cache_bytes: int) -> Calibration:
+        r = self._ask("calibrate", loop=self.loop.calibration().json())
+        return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
+                           host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes, copy_bytes=r["copy_bytes"])
+
+    def _setup(self, shape: Shape, compiled: bool) -> None:
+        """A compiled setup holds the eager model too, so it serves both (a new setup would compile again)."""
+        if self.current not in ((shape.name, compiled), (shape.name, True)):
+            self._ask("setup", params=dict(shape.params), init_seed=self.plan.init_seed(shape.name),
+                      compile_model=compiled)
+            self.current = (shape.name, compiled)
+
+    def outputs(self, shape: Shape) -> RefShape:
+        ref = RefShape(shape)
+        try:
+            with self.lock, self.turn.spares_in():
+                self._setup(shape, False)
+                seeds = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
+                for seed in seeds:
+                    r = self._ask("check", seed=seed)
+                    outs = [(m, tensor_from_bytes(self.worker.recv_frame(m["nbytes"], self.timeout_s), m))
+                            for m in r["outputs"]]
+                    ref.outputs[seed] = outs
+                    ref.input_fps[seed] = r["input_fps"]
+                    ref.in_bytes = r["input_bytes"]
+                sizes = [sum(m["nbytes"] for m, _ in outs) for outs in ref.outputs.values()]
+                ref.out_bytes = int(statistics.mean(sizes))
+        except (RuntimeError, WorkerGone) as e:
+            ref.error = str(e)
+        return ref
+
+    def timings(self, shape: Shape, device: str, min_bytes: int = 0) -> RefTiming:
+        """torch.compile's first calls (untimed, spares let in meanwhile), eager and compiled back to back, the
+        floors, then (only when speedups use it) CUDA-graph replay, which is last because a failed capture
+        can leave the worker's CUDA state unusable. The floors time a
+        stand-in through the candidates' own loop on this shape's inputs (refills, flush and verification
+        included): one launch; one read and one launch; a copy of the shape's minimum bytes. What the
+        cheapest possible candidate, and a copy of the same bytes, measure under the same conditions."""
+        t = RefTiming()
+        t0 = time.monotonic()
+        try:
+            return self._timings(t, shape, device, min_bytes)
+        finally:
+            t.seconds = round(time.monotonic() - t0, 3)
+
+    def _timings(self, t: RefTiming, shape: Shape, device: str, min_bytes: int) -> RefTiming:
+        base = self.plan.time_seed(shape.name)
+        settings = self.plan.config.timing
+        loop = self.loop.one_off().json()
+        compiled = settings.compile_reference
+        if compiled:
+            try:
+                with self.lock, self.turn.spares_in():
+                    self._setup(shape, True)
+                    self._ask("warm", timeout=max(self.timeout_s, 900.0), base_seed=base, calls=3, compiled=True)
+            except (RuntimeError, WorkerGone) as e:
+                t.compile_error = str(e)[:500]
+                compiled = False
+        try:
+            with self.lock:
+                self._setup(shape, False)
+                t.eager = summarize(self._ask("time", base_seed=base, loop=loop, verify=False)["device_us"])
+        except (RuntimeError, WorkerGone) as e:
+            t.error = str(e)
+            return t
+        if compiled:
+            try:
+                with self.lock:
+                    r = self._ask("time", base_seed=base, loop=loop, verify=False, compiled=True)
+                    t.compiled = summarize(r["device_us"])
+            except (RuntimeError, WorkerGone) as e:
+                t.compile_error = str(e)[:500]
+        try:
+            with self.lock:
+                self._setup(shape, False)
+                t.floor_launch, t.floor_read, t.floor_copy = (
+                    summarize(self._ask("time", base_seed=base, loop=self.loop.short().one_off().json(), verify=True,
+                                        floor=kind, floor_bytes=min_bytes)["device_us"])
+                    for kind in ("launch", "launch_read", "copy"))
+        except (RuntimeError, WorkerGone) as e:
+            t.error = str(e)
+            return t
+        if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
+            try:
+                with self.lock:
+                    self._setup(shape, False)
+                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=self.loop.short().json())
+                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
+            except (RuntimeError, WorkerGone) as e:
+                t.error = f"graph: {e}"
+        return t
+
+    def time_round(self, shape: Shape, base_seed: int, loop: LoopSettings, min_bytes: int) -> Round:
+        """Short timings of the eager reference, an empty launch and the copy floor, for a round paired with a
+        candidate's (stats.pooled_ratio). The candidate's calls go in later."""
+        with self.lock:
+            self._setup(shape, False)
+            eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
+            launch = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True,
+                               floor="launch")["device_us"]
+            copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
+                             floor_bytes=min_bytes)["device_us"] if min_bytes else []
+        return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
+
+    def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
+        missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
+        if missing:
+            with self.lock:
+                self._setup(shape, False)
+                tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
+                r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)
+            for s, fp in zip(missing, r["fingerprints"]):
+                store.fps[(shape.name, s, projection)] = fp
+        return {s: store.fps[(shape.name, s, projection)] for s in seeds}

@@ -1,0 +1,53 @@
+"""Who may use a device when: timed commands take turns, and a spare worker's start waits for a window."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from .builds import RUNNING
+
+TIMED_COMMANDS = frozenset({"time", "graph", "calibrate"})
+
+
+class DeviceTurn:
+    """Held around every timed command on one device. Lanes that share the device take turns (a reference timed
+    beside a candidate on one GPU would slow both); where timing shares its cores with builds (CPU runs, small
+    hosts), running builds are paused (SIGSTOP) meanwhile.
+
+    Spare workers make their CUDA context (0.22-0.29 s on the H200) in the turn, and only while the lane has
+    untimed work ahead (a record's start and checks, the reference's outputs and torch.compile's first calls):
+    one let in between two timed commands would hold the next for all of it."""
+
+    def __init__(self, pause_builds: bool = False):
+        self.lock = threading.Lock()
+        self.pause_builds = pause_builds
+        self.window = threading.Event()
+        self.window.set()
+
+    @contextlib.contextmanager
+    def __call__(self):
+        with self.lock, (RUNNING.frozen() if self.pause_builds else contextlib.nullcontext()):
+            yield
+
+    def around(self, cmd: str):
+        """The turn for a timed worker command; nothing for the others."""
+        return self() if cmd in TIMED_COMMANDS else contextlib.nullcontext()
+
+    def open_to_spares(self, is_open: bool) -> None:
+        (self.window.set if is_open else self.window.clear)()
+
+    @contextlib.contextmanager
+    def for_spare(self):
+        self.window.wait()
+        with self():
+            yield
+
+    @contextlib.contextmanager
+    def spares_in(self):
+        """The window open for an untimed stretch of the lane's work, closed again after."""
+        self.open_to_spares(True)
+        try:
+            yield
+        finally:
+            self.open_to_spares(False)

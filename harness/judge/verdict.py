@@ -1,0 +1,187 @@
+"""Where every verdict is decided: evidence about one solution on one shape in, status and flags out.
+
+Pure and deterministic; it runs in the judge, never in a process that ran candidate code. Every threshold
+that turns a measurement into a flag, or decides which timed calls are verified, is here with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..stats import quantile
+from .evidence import CheckOutcome, Comparison, Evidence
+
+STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
+
+REJECTING = {
+    "patched_runtime": "replaced a function of torch, time, builtins or the harness at run time",
+    "not_plain_tensor": "returned something other than plain dense torch.Tensor outputs",
+    "output_aliases_input": "returned an output that shares memory with an input",
+    "input_mutated": "changed its inputs",
+    "replayed_output": "returned the answer to an earlier input (output reuse)",
+    "timed_output_mismatch": "gave wrong outputs on timed calls that checks did not see",
+    "work_outside_timing": "did work after returning (side stream, thread or late writes)",
+    "timer_mismatch": "reported times the judge's own clock contradicts",
+    "faster_than_memory": "ran faster than moving its minimum bytes at the measured copy bandwidth allows",
+    "tampered_files": "wrote into the harness's tree or the run's results",
+}
+INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "mismatch", "uninitialized_output"}
+INFO = {
+    "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
+    "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
+}
+
+# Thresholds, each with its reason.
+LAUNCH_BOUND_RATIO = 1.5          # issue spec: within 1.5x of the empty launch
+FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x copy bandwidth (outputs left in L2 included);
+                                  # applied when the minimum bytes are at least twice the last-level cache
+HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the calibrated gap of an empty call
+HOST_GAP_REL = 0.2                # ... plus 20% of the call's own time
+TIMER_RATIO = 0.5                 # reported time under half what the judge's clock saw
+TIMER_SLACK_US = 50.0             # IPC jitter allowance for the judge's clock
+PROJECTION_SIGMAS = 20.0          # a verified timed call's projection may differ from the reference's by 20
+                                  # standard deviations of an honest output's error (worker/fingerprint.py)
+FAST_TAIL_QUANTILE = 2.0          # every timed call at or under twice the speedup's quantile is verified ...
+FAST_TAIL_MAX = 256               # ... up to 256 of them, or more where that many do not reach the quantile
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str
+    flags: tuple[str, ...]
+    message: str
+    failing_seed: int | None = None
+    comparison: Comparison | None = None
+
+
+def _first_failed_check(e: Evidence) -> CheckOutcome | None:
+    return next((c for c in e.checks if not c.comparison.ok), None)
+
+
+def integrity_flags(e: Evidence) -> dict[str, str]:
+    """Flags that reject, each with the observation behind it."""
+    flags: dict[str, str] = {}
+    if e.patched:
+        flags["patched_runtime"] = "replaced " + ", ".join(sorted(e.patched)[:5])
+    if e.bad_output and e.bad_output[0] == "not_plain_tensor":
+        flags["not_plain_tensor"] = e.bad_output[1]
+    for c in e.checks:
+        if c.aliases_input:
+            flags["output_aliases_input"] = f"seed {c.seed}: output shares storage with an input"
+        if c.input_mutated:
+            flags["input_mutated"] = f"seed {c.seed}: inputs differ after the call"
+        if not c.deterministic_kept:
+            flags["patched_runtime"] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
+        if c.replay_of == -1:
+            flags["replayed_output"] = f"seed {c.seed}: returned an earlier call's output tensor again, not rewritten"
+        elif c.replay_of is not None:
+            flags["replayed_output"] = f"seed {c.seed}: output equals the reference for seed {c.replay_of}"
+        if c.late_write:
+            flags["work_outside_timing"] = f"seed {c.seed}: output changed after forward returned"
+        if c.extra_py_threads:
+            flags["work_outside_timing"] = f"threads left running: {', '.join(c.extra_py_threads[:3])}"
+        if c.thread_growth:
+            flags["work_outside_timing"] = f"seed {c.seed}: a call started native threads"
+    if e.timing_py_threads:
+        flags["work_outside_timing"] = f"threads left running: {', '.join(e.timing_py_threads[:3])}"
+    if e.timing_thread_growth:
+        flags["work_outside_timing"] = "native threads were started during timed calls"
+    bad = [v for v in e.timed if not v.ok]
+    if bad:
+        flags["timed_output_mismatch"] = (f"{len(bad)} of {len(e.timed)} verified timed calls gave wrong outputs "
+                                          f"(first: call {bad[0].index})")
+        if any(v.replay for v in bad):
+            flags["replayed_output"] = "a timed call returned the previous call's answer"
+    if any(v.input_mutated for v in e.timed):
+        flags["input_mutated"] = "inputs differ after a timed call"
+    t = e.timing
+    cal = e.calibration
+    if t is not None and cal is not None and e.device == "cuda" and e.host_gap_us is not None:
+        limit = cal.host_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
+        if e.host_gap_us > limit:
+            flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
+                                            f"(limit {limit:.0f} us): device work the events did not see")
+    if t is not None and e.device_exceeds_host:
+        flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
+    if t is not None and e.judge_call_us is not None:
+        if timer_contradicts(t.median_us, e.judge_call_us):
+            flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
+                                       f"{e.judge_call_us:.1f} us per call")
+    if t is not None and cal is not None and e.min_bytes >= max(2 * cal.cache_bytes, 1) and t.median_us > 0:
+        gbps = e.min_bytes / t.median_us / 1e3
+        if gbps > FASTER_THAN_MEMORY_RATIO * cal.copy_gbps:
+            flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
+                                           f"{cal.copy_gbps:.0f} GB/s")
+    if e.tampered:
+        flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
+    return flags
+
+
+def timer_contradicts(reported_us: float, judge_call_us: float) -> bool:
+    """The worker's reported median is well under what the judge's own clock saw per call."""
+    return reported_us < TIMER_RATIO * judge_call_us - TIMER_SLACK_US
+
+
+def info_flags(e: Evidence) -> list[str]:
+    flags = []
+    floor = e.floor_launch_us or (e.calibration.empty_launch_us if e.calibration is not None else None)
+    if e.timing is not None and floor and e.device == "cuda":
+        if e.timing.median_us <= LAUNCH_BOUND_RATIO * floor:
+            flags.append("launch_bound")
+    if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
+        flags.append("not_graph_safe")
+    return flags
+
+
+def decide(e: Evidence) -> Decision:
+    static = [f"static:{r}" for r in e.static_errors] if e.static_policy != "off" else []
+    warnings = [f"static:{r}" for r in e.static_warnings] if e.static_policy != "off" else []
+    if e.failure and e.failure[0] == "compile_error":
+        return Decision("compile_error", tuple(static + warnings), e.failure[1])
+    if e.failure and e.failure[0] == "build_timeout":
+        return Decision("timeout", tuple(static + warnings), e.failure[1])
+    if static and e.static_policy == "strict":
+        return Decision("rejected", tuple(static + warnings), "static checks: " + "; ".join(e.static_errors))
+    integrity = integrity_flags(e)
+    flags = list(dict.fromkeys(static + warnings + list(integrity)))
+    failed = _first_failed_check(e)
+    if integrity:
+        first = next(iter(integrity))
+        msg = f"{first}: {integrity[first]}"
+        if failed is not None:
+            msg += f"; seed {failed.seed}: {failed.comparison.detail}"
+            flags.append(failed.comparison.kind)
+        return Decision("rejected", tuple(dict.fromkeys(flags)), msg,
+                        failed.seed if failed else None, failed.comparison if failed else None)
+    if e.reference_error:
+        return Decision("runtime_error", tuple(flags + ["reference_error"]), f"reference failed: {e.reference_error}")
+    if failed is not None:
+        phase = "after timing" if failed.phase == "post" else "check"
+        return Decision("incorrect", tuple(flags + [failed.comparison.kind]),
+                        f"seed {failed.seed} ({phase}): {failed.comparison.detail}", failed.seed, failed.comparison)
+    if e.bad_output:
+        return Decision("runtime_error", tuple(flags), e.bad_output[1])
+    if e.failure:
+        kind, msg = e.failure
+        status = "timeout" if kind == "timeout" else "runtime_error"
+        return Decision(status, tuple(flags), msg)
+    if e.timing is None:
+        return Decision("runtime_error", tuple(flags), "no timing was recorded")
+    flags += info_flags(e)
+    last = e.checks[-1] if e.checks else None
+    return Decision("correct", tuple(dict.fromkeys(flags)), e.graph_message or "",
+                    comparison=last.comparison if last else None)
+
+
+def fast_tail(replies: list[dict], q: float) -> list[tuple[int, int]]:
+    """The timed calls (batch, call) at or under FAST_TAIL_QUANTILE times the speedup's quantile, fastest first:
+    a speedup read at a low quantile rests on the fastest calls, so every one of them is verified, not a random
+    sample that a candidate wrong on one call in eight would pass one time in eight."""
+    timed = sorted((us, b, i) for b, r in enumerate(replies)
+                   for us, i in zip(r["device_us"], r.get("sample_calls") or []))
+    if not timed:
+        return []
+    limit = quantile([us for us, _, _ in timed], min(FAST_TAIL_QUANTILE * q, 0.5))
+    cap = max(FAST_TAIL_MAX, math.ceil(q * len(timed)) + 1)
+    return [(b, i) for us, b, i in timed if us <= limit][:cap]

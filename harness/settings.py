@@ -1,0 +1,134 @@
+"""Typed settings: a run's config and the timing loop's settings, frozen, with their defaults written once, here.
+
+The judge reads the YAML config into `Config` (harness.judge.config reads each key by its type and default here);
+workers get a `LoopSettings` as a JSON object with each timed command. Derived settings are made with
+`dataclasses.replace`, never by editing dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+STATIC_POLICIES = ("strict", "warn", "off")
+SPEEDUP_METRICS = ("time_us", "gpu_time_us")
+DEVICES = ("cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.atol == 0.0 and self.rtol == 0.0
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    seeds: int = 5
+    tolerance: Mapping[str, Tolerance] = field(default_factory=lambda: {"default": Tolerance()})
+    verify_timed: int = 16
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        return self.tolerance.get(dtype, self.tolerance.get("default", Tolerance()))
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    target_rse: float = 0.005
+    warmup_ms: float = 25.0
+    min_runs: int = 20
+    max_runs: int = 2000
+    budget_s: float = 2.0
+    speedup_metric: str = "time_us"
+    compile_reference: bool = True
+    graph: bool = True
+    rounds: int = 5
+    speedup_quantile: float = 0.1
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    timeout_s: float = 600.0
+    jobs: int = 0
+    pch: bool = True
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    load_s: float = 600.0
+    shape_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    problem: Path
+    solutions: Mapping[str, tuple[Path, ...]]
+    shapes: tuple[Shape, ...]
+    check: CheckSettings = CheckSettings()
+    timing: TimingSettings = TimingSettings()
+    build: BuildSettings = BuildSettings()
+    timeouts: Timeouts = Timeouts()
+    static_checks: str = "strict"
+    cpu_shapes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["path"], d["problem"] = str(self.path), str(self.problem)
+        d["solutions"] = {k: [str(p) for p in v] for k, v in self.solutions.items()}
+        d["shapes"] = {s.name: dict(s.params) for s in self.shapes}
+        return d
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """One timing loop in a worker: warm up for warmup_ms, then sample until the relative standard error of the
+    samples' `quantile` is under target_rse (after min_runs), the budget is spent, or max_runs is reached."""
+
+    warmup_ms: float = 25.0
+    min_runs: int = 20
+    max_runs: int = 2000
+    budget_s: float = 2.0
+    target_rse: float = 0.005
+    quantile: float = 0.1
+
+    @classmethod
+    def of(cls, t: TimingSettings) -> LoopSettings:
+        return cls(t.warmup_ms, t.min_runs, t.max_runs, t.budget_s, t.target_rse, t.speedup_quantile)
+
+    def json(self) -> dict:
+        return asdict(self)
+
+    def round(self, k: int, n: int) -> LoopSettings:
+        """Round k of n: a 1/n share of the budget and runs, the same precision overall; only the first round
+        warms up for the full warm-up time (the model is warm after it)."""
+        min_runs = max(5, -(-self.min_runs // n))
+        return replace(self, budget_s=self.budget_s / n, min_runs=min_runs, max_runs=max(min_runs, -(-self.max_runs // n)),
+                       target_rse=self.target_rse * n ** 0.5, warmup_ms=self.warmup_ms if k == 0 else min(self.warmup_ms, 5.0))
+
+    def one_off(self) -> LoopSettings:
+        """The reference's per-shape timings (eager and compiled back to back): half the candidate's budget."""
+        return replace(self, budget_s=self.budget_s / 2)
+
+    def short(self) -> LoopSettings:
+        """CUDA-graph replays, whose launch gaps are gone, and the floors' stand-ins: fewer runs, at most 0.5 s."""
+        return replace(self, min_runs=min(self.min_runs, 10), budget_s=min(self.budget_s, 0.5))
+
+    def calibration(self) -> LoopSettings:
+        """The lane's calibration (empty launch, read, copy bandwidth): medians, at least 50 calls."""
+        return replace(self, min_runs=max(50, self.min_runs), target_rse=0.01, quantile=0.5)
+
+    def launch_probe(self) -> LoopSettings:
+        """The empty launch timed beside each round: a few milliseconds, the host's phase while the round ran."""
+        return replace(self, warmup_ms=min(self.warmup_ms, 2.0), min_runs=10, max_runs=40, budget_s=0.01)

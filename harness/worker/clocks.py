@@ -1,0 +1,177 @@
+"""Clocks inside a worker: flush, clock, warm-up by time, repeat until the error is small.
+
+Every primitive the clocks use is bound when this module is imported, before any candidate code runs, so a
+candidate that patches `time.perf_counter` or `torch.cuda.Event` later changes nothing here (the worker reports
+the patch). What the clocks report is evidence for the judge, which checks it against its own clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..settings import LoopSettings
+from ..stats import quantile_rse
+
+_insort = bisect.insort
+_perf_ns = time.perf_counter_ns
+_monotonic = time.monotonic
+_zero = torch.Tensor.zero_
+_fill = torch.Tensor.fill_
+
+CUDA_LIMIT_PERSISTING_L2 = 0x06
+CUDA_DEVICE_SCHEDULE_SPIN = 0x01
+CUDA_DEVICE_MAP_HOST = 0x08
+
+
+@dataclass
+class Sample:
+    device_us: float
+    host_us: float
+    span_us: float
+    call: int = -1
+
+
+def find_cudart() -> ctypes.CDLL | None:
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcudart" in line}
+    except OSError:
+        return None
+    for p in sorted(paths):
+        try:
+            return ctypes.CDLL(p)
+        except OSError:
+            continue
+    return None
+
+
+def prefer_spin_wait() -> str:
+    """Ask for spin-waiting host syncs before the CUDA context exists. On a worker pinned to one core the
+    driver's default wait cost a pack-tokens call with a host sync inside 23-27 us more on the H200. Every
+    worker, reference or candidate, asks the same."""
+    cudart = find_cudart()
+    if cudart is None:
+        return "unavailable"
+    rc = cudart.cudaSetDeviceFlags(CUDA_DEVICE_SCHEDULE_SPIN | CUDA_DEVICE_MAP_HOST)
+    if rc != 0:
+        cudart.cudaGetLastError()
+        return f"error {rc}"
+    return "spin"
+
+
+class CudaClock:
+    """CUDA events on the current stream around the call; host clock around call plus full sync."""
+
+    kind = "cuda"
+
+    def __init__(self, device: str, flush_bytes: int):
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        self._record = torch.cuda.Event.record
+        self._elapsed = torch.cuda.Event.elapsed_time
+        self._sync = torch.cuda.synchronize
+        self._cudart = find_cudart()
+        self.l2_reset = "unavailable"
+        if self._cudart is not None:
+            rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+            rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
+            self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
+
+    def flush(self) -> None:
+        if self._cudart is not None:
+            self._cudart.cudaCtxResetPersistingL2Cache()
+        _zero(self.flush_buf)
+
+    def sync(self) -> None:
+        self._sync()
+
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+        e0, e1, e2 = self._events
+        self.flush()
+        self._sync()
+        h0 = _perf_ns()
+        self._record(e0)
+        out = call()
+        self._record(e1)
+        extra = after(out)
+        self._record(e2)
+        self._sync()
+        h1 = _perf_ns()
+        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(e0, e2) * 1e3)
+
+
+class CpuClock:
+    """Monotonic host clock around the call; the flush writes a buffer twice the last-level cache."""
+
+    kind = "cpu"
+
+    def __init__(self, flush_bytes: int):
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8)
+        self.l2_reset = "n/a"
+        self._n = 0
+
+    def flush(self) -> None:
+        self._n = (self._n + 1) % 251
+        _fill(self.flush_buf, self._n)
+
+    def sync(self) -> None:
+        pass
+
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+        self.flush()
+        h0 = _perf_ns()
+        out = call()
+        h1 = _perf_ns()
+        extra = after(out)
+        h2 = _perf_ns()
+        us = (h1 - h0) / 1e3
+        return out, extra, Sample(us, us, (h2 - h0) / 1e3)
+
+
+def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
+             on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
+    """Warm up for warmup_ms (at least two calls), then sample until the relative standard error of the
+    figure read from the samples (their `quantile`, stats.quantile_rse) is under target (after min_runs),
+    the budget is spent, or max_runs is reached. The error of the figure read, not of the mean: one slow call
+    in a few keeps a mean's error high, while a mean's rule stops at a few calls, too few for a low quantile.
+    step(i) gives call i and whether it may be sampled (a call right after a batch of fresh inputs was
+    drawn is made, verified and not sampled). Returns the samples and the number of calls not sampled;
+    on_call sees every call.
+    """
+    start = _monotonic()
+    measure_start = None
+    samples: list[Sample] = []
+    seen: list[float] = []
+    i = 0
+    while True:
+        call, counted = step(i)
+        out, extra, sample = clock.measure(call, after)
+        on_call(i, out, extra)
+        del out
+        now = _monotonic()
+        if measure_start is None:
+            if (now - start) * 1e3 >= s.warmup_ms and i >= 1:
+                measure_start = now
+        elif counted:
+            sample.call = i
+            samples.append(sample)
+            _insort(seen, sample.device_us)
+            n = len(samples)
+            elapsed = now - measure_start
+            if n >= s.max_runs:
+                break
+            if n >= s.min_runs and (elapsed >= s.budget_s or quantile_rse(seen, s.quantile) <= s.target_rse):
+                break
+            if n >= 3 and elapsed >= 4 * s.budget_s:
+                break
+        if measure_start is not None and now - measure_start >= 8 * s.budget_s:
+            break
+        i += 1
+    return samples, i + 1 - len(samples)

@@ -1,0 +1,345 @@
+"""The worker: runs the reference or one candidate on one device, on the judge's commands.
+
+Everything it sends is evidence for the judge; no verdict is decided here. Messages are JSON over a private
+socket; the reference's outputs follow as raw byte frames, a candidate's are written to files the judge names.
+Nothing that comes out of a candidate's process is ever unpickled. The harness modules and every primitive they
+use are bound before the candidate is imported; the worker reports any later change to them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import weakref
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import problem
+from . import clocks, extcache
+from .build_main import import_candidate
+from .feed import poison_size
+from .fingerprint import Fingerprinter
+from .outputs import (
+    BadOutput,
+    HarnessError,
+    OutputSlots,
+    aliases,
+    as_bytes,
+    plain_outputs,
+    poison,
+    storage_span,
+    tensor_meta,
+)
+from .timed import TimedCommands
+from .watch import RuntimeWatch, native_threads, settle_gc
+
+_perf = time.perf_counter
+_set_det = torch.use_deterministic_algorithms
+_det_enabled = torch.are_deterministic_algorithms_enabled
+_gc_collect = __import__("gc").collect
+
+
+def _llc_bytes() -> int:
+    try:
+        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+    except (OSError, ValueError):
+        return 32 * 2**20
+
+
+class Worker(TimedCommands):
+    def __init__(self, conn: Connection | None):
+        self.conn = conn
+        self.role = "reference"
+        self.device = "cpu"
+        self.watch: RuntimeWatch | None = None
+        self.poisoned = False
+        self.cls: Any = None
+        self.model: Any = None
+        self.compiled: Any = None
+        self.params: dict = {}
+        self.py_threads: set[int] = set()
+        self.slots = OutputSlots()
+        self.returned: list = []
+
+    # -- transport ---------------------------------------------------------------------------
+    def send(self, obj: dict) -> None:
+        self.conn.send_bytes(json.dumps(obj).encode())
+
+    def recv(self) -> dict:
+        return json.loads(self.conn.recv_bytes())
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = self.recv()
+            except (EOFError, OSError):
+                return
+            cmd = msg.pop("cmd")
+            if cmd == "exit":
+                self.send({"ok": True})
+                return
+            frames: list = []
+            t0 = _perf()
+            try:
+                reply = {"ok": True, **(getattr(self, f"cmd_{cmd}")(frames=frames, **msg) or {})}
+            except BadOutput as e:
+                reply = {"ok": False, "bad_output": e.kind, "message": str(e)}
+            except HarnessError as e:
+                reply = {"ok": False, "harness_error": True, "message": str(e)}
+            except BaseException as e:
+                traceback.print_exc()
+                text = f"{type(e).__name__}: {e}"
+                reply = {"ok": False, "error": type(e).__name__, "message": text[:4000],
+                         "cuda_error": "CUDA" in text or "cuda" in type(e).__name__.lower()
+                         or "AcceleratorError" in type(e).__name__}
+                frames = []
+            if self.watch is not None:
+                reply["patched"] = self.watch.changed()
+            reply["worker_s"] = round(_perf() - t0, 4)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.send(reply)
+            for f in frames:
+                self.conn.send_bytes(f)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def _pin(self, cores: list[int] | None) -> None:
+        """Pinned lanes get one thread per core. Unpinned CPU workers run one thread: they share the host's cores
+        with builds and spare workers, and a call's parallel threads waiting at a barrier for a preempted sibling
+        measured 16 ms instead of 0.45 ms on the CPU machine."""
+        if cores:
+            os.sched_setaffinity(0, cores)
+            torch.set_num_threads(len(cores))
+        elif self.device == "cpu":
+            torch.set_num_threads(1)
+
+    def _poison_free_memory(self, nbytes: int, holders: int = 1) -> None:
+        """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved from it
+        read as NaN (floats) or -1 (ints) until written."""
+        if nbytes and self.device == "cuda" and not self.poisoned:
+            self.poisoned = True
+            free, _ = torch.cuda.mem_get_info()
+            block = torch.empty(poison_size(free, nbytes, holders), dtype=torch.uint8, device="cuda").fill_(255)
+            del block
+            torch.cuda.synchronize()
+
+    def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
+                 cores: list[int] | None = None, device_now: bool = True, env: dict | None = None,
+                 cwd: str | None = None) -> dict:
+        """Everything that needs no device; the device itself too when device_now. A spare candidate worker starts
+        without it and gets it from `device`, sent in the device's turn: a CUDA context created while another
+        candidate is being timed on the same GPU would share the GPU with it. env (the lane's
+        CUDA_VISIBLE_DEVICES, cache folders) is applied before anything reads it."""
+        if env:
+            if torch.cuda.is_initialized():
+                raise HarnessError("the worker's CUDA context exists before its environment was set")
+            os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+        self.role, self.device, self.fp_seed = role, device, fp_seed
+        self._pin(cores)
+        torch.set_grad_enabled(False)
+        self.ns = problem.load_namespace(problem.ProblemSource(**problem_src))
+        if role == "candidate":
+            extcache.install(cache_dir)
+        importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
+        info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
+        if device_now:
+            info.update(self._init_device())
+        settle_gc()
+        return info
+
+    def _init_device(self) -> dict:
+        info: dict = {}
+        if self.device == "cuda":
+            wait = os.environ.get("KBH_HOST_WAIT", "spin")
+            info["host_wait"] = clocks.prefer_spin_wait() if wait == "spin" else "driver default"
+            torch.cuda.set_device(0)
+            props = torch.cuda.get_device_properties(0)
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+            flush = max(2 * l2, 256 * 2**20)
+            info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
+                        l2_bytes=l2, memory_bytes=props.total_memory)
+            self.clock = clocks.CudaClock("cuda", flush)
+        else:
+            llc = _llc_bytes()
+            flush = max(2 * llc, 64 * 2**20)
+            info.update(cpu_cache_bytes=llc)
+            self.clock = clocks.CpuClock(flush)
+        torch.ones(1 << 22, device=self.device).sum()
+        self.sync()
+        info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
+        self.fp = Fingerprinter(self.fp_seed, self.device)
+        self.py_threads = {t.ident for t in threading.enumerate()}
+        self.watch = RuntimeWatch()
+        return info
+
+    def _ensure_device(self) -> None:
+        if self.watch is None:
+            self._init_device()
+
+    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1, warm_params: dict | None = None) -> dict:
+        """Start the device in a spare, before any candidate is in it, and poison its free memory. With warm_params
+        (a shape's), one input set is drawn, fingerprinted, flushed and poisoned, then dropped: the kernels a
+        record's first check and timed calls use are loaded here (CUDA loads a kernel at its first launch)."""
+        self._ensure_device()
+        self._poison_free_memory(poison_bytes, holders)
+        if warm_params is not None:
+            try:
+                inputs = self.inputs_for(warm_params, 0)
+                self.tensor_fps(inputs)
+                self.clock.flush()
+                poison([x for x in inputs if isinstance(x, torch.Tensor)])
+                self.sync()
+                del inputs
+            except HarnessError as e:  # a shape whose draw fails is the reference's error to report
+                return {"warm_error": str(e)[:300]}
+        return {}
+
+    def cmd_log(self, frames, path: str) -> dict:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        return {}
+
+    def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0,
+                 cache_dir: str | None = None) -> dict:
+        """Move to the lane's timing core (spares start elsewhere), start the device, poison free memory, then
+        import the candidate (from cache_dir, its own folder of the build cache, under --isolate)."""
+        if cache_dir:
+            extcache.set_root(cache_dir)
+        self._pin(cores)
+        self._ensure_device()
+        self._poison_free_memory(poison_bytes)
+        module = import_candidate(path)
+        settle_gc()
+        self.cls = getattr(module, "ModelNew", None)
+        if self.cls is None:
+            raise BadOutput("no_modelnew", "candidate defines no ModelNew")
+        return {"builds": [{k: v for k, v in ev.items() if k != "message"} for ev in extcache.events]}
+
+    def cmd_setup(self, frames, params: dict, init_seed: int, compile_model: bool = False) -> dict:
+        self.params = params
+        self.model = self.compiled = None
+        _gc_collect()
+        cls = self.ns["Model"] if self.role == "reference" else self.cls
+        self.model = problem.build_model(cls, self.ns, init_seed, self.device)
+        if compile_model:
+            dynamo_config = importlib.import_module("torch._dynamo.config")
+            for attr in ("recompile_limit", "cache_size_limit"):
+                if hasattr(dynamo_config, attr):
+                    setattr(dynamo_config, attr, 64)
+            self.compiled = torch.compile(self.model)
+        self.sync()
+        return {}
+
+    def inputs(self, seed: int) -> list:
+        return self.inputs_for(self.params, seed)
+
+    def inputs_for(self, params: dict, seed: int) -> list:
+        try:
+            return problem.make_inputs(self.ns, params, seed, self.device)
+        except Exception as e:
+            raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
+
+    def check_repeatable(self, seed: int, fps: list[int]) -> None:
+        """The judge and the candidate's worker draw each seed apart, so a draw must repeat bit for bit. The
+        reference draws each check seed again with torch's fill of new tensors on: a draw that returns memory it
+        never wrote, or runs an op that differs run to run, gives other bytes, and fails here with one line
+        before any candidate is judged on it."""
+        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device, fill_uninitialized=True))
+        if again != fps:
+            i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
+            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes in "
+                               f"input tensor {i} (it returns memory it never wrote, or an op differs run to run; "
+                               "README, Writing a problem)")
+
+    def tensor_fps(self, xs: list) -> list[int]:
+        return self.fp.exact_many([x for x in xs if isinstance(x, torch.Tensor)]).tolist()
+
+    def extra_threads(self) -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.ident not in self.py_threads and t.is_alive())
+
+    # -- correctness -------------------------------------------------------------------------
+    def cmd_check(self, frames, seed: int, out_prefix: str | None = None) -> dict:
+        inputs = self.inputs(seed)
+        if self.role == "reference":
+            in_fps = self.tensor_fps(inputs)
+            self.check_repeatable(seed, in_fps)
+            outs = plain_outputs(self.model(*inputs))
+            self.sync()
+            frames.extend(as_bytes(o) for o in outs)
+            in_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+            return {"outputs": [tensor_meta(o) for o in outs], "input_fps": in_fps, "input_bytes": in_bytes}
+        threads_before = native_threads()
+        _set_det(True, warn_only=True)
+        try:
+            out = self.model(*inputs)
+        finally:
+            det_kept = _det_enabled()
+            _set_det(False)
+        threads_after = native_threads()
+        py_threads = self.extra_threads()
+        outs = plain_outputs(out)
+        del out
+        reused = any(storage_span(o)[0] in self.live_outputs() for o in outs if o.numel())
+        fp_now = self.tensor_fps(outs)
+        self.sync()
+        fp_later = self.tensor_fps(outs)
+        metas = []
+        for i, o in enumerate(outs):
+            meta = tensor_meta(o)
+            meta["file"] = f"{out_prefix}.{i}.bin"
+            self.slots.write(o, meta["file"])
+            metas.append(meta)
+        alias = aliases(outs, inputs)
+        poison(outs)
+        self.sync()
+        self.returned.extend(weakref.ref(o) for o in outs)
+        return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
+                "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
+                "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
+
+    def live_outputs(self) -> set[int]:
+        """Storages of earlier outputs the candidate still holds: returning one again is replaying it."""
+        self.returned = [r for r in self.returned if r() is not None]
+        return {storage_span(r())[0] for r in self.returned if r().numel()}
+
+    def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,
+                         tolerances: dict | None = None) -> dict:
+        """Reference fingerprints of the inputs and outputs for these seeds (reference role only)."""
+        if self.role != "reference":
+            raise HarnessError("fingerprints come from the reference worker only")
+        tolerances = tolerances or {}
+        result = []
+        for seed in seeds:
+            inputs = self.inputs(seed)
+            ins = self.tensor_fps(inputs)
+            outs = plain_outputs(self.model(*inputs))
+            projs = None
+            if projection:
+                projs = []
+                for o in outs:
+                    atol, rtol = tolerances.get(str(o.dtype).replace("torch.", ""), tolerances.get("default", (0, 0)))
+                    projs.append(self.fp.projection(o, atol, rtol).tolist())
+            result.append([self.tensor_fps(outs), projs, ins])
+        return {"fingerprints": result}
+
+    def cmd_ping(self, frames) -> dict:
+        return {}

@@ -1,0 +1,122 @@
+"""Entry point of the fork server: `python -m harness.worker.forkserver_main FD`, started by the judge.
+
+It imports torch, dynamo and the worker's modules once; every evaluation worker and build is then a fork of it,
+started in milliseconds (a fresh worker's imports took 9.6-11 s of a core under a batch's load on the H200
+host). It runs no candidate code and refuses to fork once the CUDA driver has started in it (a fork could not use
+the GPU). Each child leaves the server's session, closes the server's socket before running anything else, and
+is reaped only when the judge asks. The judge's side is harness.judge.forkserver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def cuda_loaded() -> bool:
+    """Whether the CUDA driver has started in this process. Mapped but not started (cuInit never called) is safe;
+    asking the driver for its device count does not start it."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "libcuda.so" in line})
+    except OSError:
+        return False
+    for path in paths:
+        try:
+            count = ctypes.c_int(0)
+            if ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED:
+                return True
+        except (OSError, AttributeError):
+            return True
+    return False
+
+
+def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
+    """Become the worker (or the build): own session, the log as stdout and stderr, its cwd and environment."""
+    code = 1
+    try:
+        ctrl.close()
+        log_fd = fds[0]
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(null)
+        os.close(log_fd)
+        os.chdir(msg["cwd"])
+        os.environ.clear()
+        os.environ.update(msg["env"])
+        if msg.get("build"):
+            from .build_main import main as build
+
+            code = build(*msg["build"])
+        else:
+            from .__main__ import main
+
+            main(fds[1])
+            code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(fd: int) -> None:
+    import gc
+    import importlib
+
+    ctrl = socket.socket(fileno=fd)
+    t0 = time.monotonic()
+    importlib.import_module("harness.worker.commands")
+    importlib.import_module("torch._dynamo")
+    gc.collect()
+    gc.freeze()
+    ctrl.send(json.dumps({"ready": True, "import_s": round(time.monotonic() - t0, 3), "cuda_loaded": cuda_loaded(),
+                          "threads": len(os.listdir("/proc/self/task"))}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 2)
+        except OSError:
+            break
+        if not data:
+            break
+        msg = json.loads(data)
+        reply: dict = {}
+        if msg["op"] == "fork":
+            if cuda_loaded():
+                reply = {"error": "the CUDA driver is loaded in the fork server"}
+            else:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    _child(ctrl, fds, msg)
+                reply = {"pid": pid}
+        elif msg["op"] == "poll":
+            try:
+                done, status = os.waitpid(msg["pid"], os.WNOHANG)
+                reply = {"code": os.waitstatus_to_exitcode(status) if done else None}
+            except ChildProcessError:
+                reply = {"lost": True}
+        for f in fds:
+            os.close(f)
+        ctrl.send(json.dumps(reply).encode())
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

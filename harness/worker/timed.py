@@ -1,0 +1,200 @@
+"""The worker's timed commands: timed calls on fresh inputs, graph replays, calls the judge times with its own
+clock, the floors' stand-ins and the lane's calibration. Mixed into `commands.Worker`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..protocol import OVERWRITTEN
+from ..seeds import derive
+from ..settings import LoopSettings
+from . import clocks
+from .feed import TimedFeed
+from .outputs import BadOutput, HarnessError, plain_outputs, poison
+from .watch import native_threads
+
+
+class _EmptyModel(torch.nn.Module):
+    """The thinnest candidate: a module whose forward launches one one-element kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.add_(1)
+
+
+class _ReadModel(torch.nn.Module):
+    """The floor of a call whose output shape depends on device data: one value read to the host, one launch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.item()
+        return x.add_(1)
+
+
+class _CopyModel(torch.nn.Module):
+    """A device-to-device copy moving `nbytes` (half read, half written) into a fresh output, as a candidate
+    allocates its own."""
+
+    def __init__(self, nbytes: int, device: str):
+        super().__init__()
+        self.src = torch.empty(max(nbytes // 2, 1), dtype=torch.uint8, device=device).random_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(self.src).copy_(self.src)
+
+
+FLOOR_MODELS = {"launch": _EmptyModel, "launch_read": _ReadModel, "copy": _CopyModel}
+
+
+def _calls_json(calls: dict[int, Any]) -> dict[str, list | str]:
+    def plain(x):
+        return x.tolist() if isinstance(x, torch.Tensor) else x
+
+    return {str(i): c if c == OVERWRITTEN else [plain(c[0]), plain(c[1]), plain(c[2]) if c[2] is not None else []]
+            for i, c in calls.items()}
+
+
+def _samples_json(samples: list[clocks.Sample]) -> dict:
+    return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
+            "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples]}
+
+
+class TimedCommands:
+    def _fixed_buffers(self, base_seed: int) -> tuple[list, Any]:
+        """For graph replays and the judge's clock, which need fixed buffers: call 0's inputs, and refill(i), which
+        copies call i's inputs (drawn in batches by TimedFeed, each used once) into them and says whether call i
+        may be sampled."""
+        feed = TimedFeed(self, base_seed, None)
+        bufs, _ = feed.take(0)
+        tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
+
+        def refill(i: int) -> bool:
+            if i == 0:
+                return True
+            new, counted = feed.take(i)
+            for j, x in enumerate(new):
+                if j in tensor_idx:
+                    if x.shape != bufs[j].shape or x.dtype != bufs[j].dtype:
+                        raise HarnessError("get_inputs returned inputs of different shapes for different seeds; "
+                                                 "timing refills fixed buffers and needs fixed input shapes")
+                    bufs[j].copy_(x)
+                else:
+                    bufs[j] = x
+            return counted
+
+        return bufs, refill
+
+    def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
+                 compiled: bool = False, floor: str | None = None, floor_bytes: int = 0) -> dict:
+        """Time the model; with floor, a stand-in that ignores the inputs (FLOOR_MODELS) through the same loop,
+        flush, batches and verification included, so the floor carries the same between-call costs."""
+        model = self.compiled if compiled else self.model
+        if floor is not None:
+            kind = FLOOR_MODELS[floor]
+            stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
+            one = torch.zeros(1, device=self.device)
+            model = lambda *_: stand_in(one)  # noqa: E731
+        feed = TimedFeed(self, base_seed, projection if verify else None, draw=floor is None)
+        current: list = []
+
+        def step(i: int):
+            args, counted = feed.take(i)
+            current[:] = [args]
+            return (lambda: model(*args)), counted
+
+        def on_call(i: int, out: Any, extra: Any) -> None:
+            feed.hold(i, current[0], out)
+
+        threads_before = native_threads()
+        samples, unsampled = clocks.run_loop(self.clock, step, lambda out: None, on_call, LoopSettings(**loop))
+        feed.settle()
+        return {**_samples_json(samples), "unsampled": unsampled, "calls": _calls_json(feed.calls),
+                "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
+
+    def cmd_warm(self, frames, base_seed: int, calls: int, compiled: bool = False) -> dict:
+        """Untimed first calls (torch.compile compiles in the first)."""
+        model = self.compiled if compiled else self.model
+        for i in range(calls):
+            out = model(*self.inputs(derive(base_seed, i)))
+            del out
+        self.sync()
+        return {}
+
+    def cmd_graph(self, frames, base_seed: int, loop: dict, projection: bool = False) -> dict:
+        """Device time without launch gaps: capture one call in a CUDA graph and time its replays, each verified
+        by fingerprints taken right after its end event."""
+        if self.device != "cuda":
+            return {"graph_ok": False, "message": "graphs need CUDA"}
+        bufs, refill = self._fixed_buffers(base_seed)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.model(*bufs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                static_out = self.model(*bufs)
+            plain_outputs(static_out)
+        except BadOutput:
+            raise
+        except Exception as e:
+            torch.cuda.synchronize()
+            return {"graph_ok": False, "message": f"capture failed: {type(e).__name__}: {str(e)[:300]}"}
+        tensors = [x for x in bufs if isinstance(x, torch.Tensor)]
+        calls: dict[int, tuple] = {}
+
+        def after(_: Any):
+            outs = plain_outputs(static_out)
+            exact = self.fp.exact_many(outs + tensors)
+            projs = torch.stack([self.fp.projection(o) for o in outs]) if projection else None
+            return outs, exact[:len(outs)], projs, exact[len(outs):] if tensors else None
+
+        def on_call(i: int, out: Any, extra: Any) -> None:
+            outs, fps, projs, ins = extra
+            calls[i] = (fps, projs, ins)
+            poison(outs)
+
+        samples, unsampled = clocks.run_loop(self.clock, lambda i: (graph.replay, refill(i)), after, on_call,
+                                             LoopSettings(**loop))
+        return {"graph_ok": True, "device_us": [s.device_us for s in samples], "unsampled": unsampled,
+                "calls": _calls_json(calls)}
+
+    def cmd_judge_timed(self, frames, base_seed: int, rounds: int) -> dict:
+        """Calls the judge times with its own clock: ready -> go -> call + full sync -> done."""
+        bufs, refill = self._fixed_buffers(base_seed)
+        for k in range(rounds):
+            refill(k)
+            self.clock.flush()
+            self.sync()
+            self.send({"ready": k})
+            if self.recv().get("go") == "call":
+                out = self.model(*bufs)
+                self.sync()
+                del out
+            self.send({"done": k})
+        return {}
+
+    def cmd_calibrate(self, frames, loop: dict) -> dict:
+        """The lane's empty launch, host gap, device-to-host read and copy bandwidth, back to back (medians)."""
+        s = LoopSettings(**loop)
+
+        def median_of(fn) -> tuple[float, list]:
+            samples, _ = clocks.run_loop(self.clock, lambda i: (fn, True), lambda o: None, lambda *a: None, s)
+            return sorted(x.device_us for x in samples)[len(samples) // 2], samples
+
+        one = torch.zeros(1, device=self.device)
+        count = torch.ones(1, dtype=torch.int32, device=self.device)
+        empty = _EmptyModel()
+        launch, samples = median_of(lambda: empty(one))
+        result = {"empty_launch_us": launch,
+                  "host_gap_us": sorted(x.host_us - x.span_us for x in samples)[len(samples) // 2],
+                  "read_us": median_of(lambda: count.item())[0] if self.device == "cuda" else 0.0}
+        nbytes = 1 << 30 if self.device == "cuda" else 1 << 28
+        src = torch.empty(nbytes, dtype=torch.uint8, device=self.device).random_()
+        dst = torch.empty_like(src)
+        copy_us = median_of(lambda: dst.copy_(src))[0]
+        result.update(copy_bytes=2 * nbytes, copy_us=copy_us, copy_gbps=2 * nbytes / copy_us / 1e3)
+        return result
