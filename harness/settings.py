@@ -125,10 +125,6 @@ class LoopSettings:
         """CUDA-graph replays, whose launch gaps are gone, and the floors' stand-ins: fewer runs, at most 0.5 s."""
         return replace(self, min_runs=min(self.min_runs, 10), budget_s=min(self.budget_s, 0.5))
 
-    def calibration(self) -> LoopSettings:
-        """The lane's calibration (empty launch, read, copy bandwidth): medians, at least 50 calls."""
-        return replace(self, min_runs=max(50, self.min_runs), target_rse=0.01, quantile=0.5)
-
     def launch_probe(self) -> LoopSettings:
         """The empty launch timed beside each round: a few milliseconds, the host's phase while the round ran."""
         return replace(self, warmup_ms=min(self.warmup_ms, 2.0), min_runs=10, max_runs=40, budget_s=0.01)

@@ -44,7 +44,7 @@ def peak_concurrency(cmd: str, shared: bool) -> int:
 
 def test_timed_commands_on_one_device_run_one_at_a_time():
     assert peak_concurrency("time", shared=True) == 1
-    assert peak_concurrency("calibrate", shared=True) == 1
+    assert peak_concurrency("graph", shared=True) == 1
 
 
 def test_untimed_commands_and_separate_devices_overlap():

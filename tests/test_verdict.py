@@ -2,17 +2,17 @@
 
 from dataclasses import replace
 
-from harness.judge.evidence import Calibration, CheckOutcome, Comparison, Evidence, TimedVerification
+from harness.judge.evidence import CheckOutcome, Comparison, Evidence, TimedVerification
 from harness.judge.verdict import decide
 from harness.stats import summarize
 
 OK = Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
 BAD = Comparison(False, "mismatch", "1 of 4 elements differ", 1.0, 1.0, (2,), 1)
-CAL = Calibration(empty_launch_us=20.0, read_us=25.0, copy_gbps=4000.0, host_gap_us=10.0, cache_bytes=60 * 2**20)
 
 
 def honest(device: str = "cuda", median: float = 200.0, **kw) -> Evidence:
-    e = Evidence(device=device, calibration=CAL, min_bytes=10**6)
+    e = Evidence(device=device, min_bytes=10**6, cache_bytes=60 * 2**20, copy_gbps=4000.0, empty_gap_us=10.0,
+                 floor_launch_us=20.0)
     e.checks = [CheckOutcome(seed=s, phase="check", comparison=OK) for s in (1, 2, 3)]
     e.timing = summarize([median] * 30)
     e.host_gap_us = 15.0
@@ -38,11 +38,12 @@ def test_launch_bound_flag_and_graph_safe_run():
 
 
 def test_launch_bound_uses_the_shapes_own_floor_when_measured():
-    """The shape's floor decides, not the run-wide empty launch (20 us): a 55 us call is launch-bound
-    against a 40 us floor, a 25 us call is not against a 10 us floor; never on the CPU."""
+    """The shape's floor decides: a 55 us call is launch-bound against a 40 us floor, a 25 us call is not against
+    a 10 us floor; never on the CPU, nor without a floor."""
     assert "launch_bound" in decide(honest(median=55.0, floor_launch_us=40.0)).flags
     assert "launch_bound" not in decide(honest(median=25.0, floor_launch_us=10.0)).flags
     assert "launch_bound" not in decide(honest(device="cpu", median=25.0, floor_launch_us=40.0)).flags
+    assert "launch_bound" not in decide(honest(median=25.0, floor_launch_us=None)).flags
 
 
 def test_each_integrity_observation_rejects_with_its_flag():

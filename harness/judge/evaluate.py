@@ -113,12 +113,13 @@ class CandidateEvaluation:
         t0 = time.monotonic()
         self.stages, self.worker_s = {}, {}
         self.lane.turn.open_to_spares(True)
-        ev = Evidence(device=self.plan.device, static_errors=self.static_errors, static_warnings=self.static_warnings,
-                      static_policy=self.plan.static_policy, calibration=self.lane.calibration)
         ref = self.lane.store.get(shape.name)
         ref_t = self.lane.timings.get(shape.name, RefTiming())
-        ev.floor_launch_us = ref_t.floor_launch.median_us if ref_t.floor_launch else None
-        ev.min_bytes = ref.min_bytes
+        ev = Evidence(device=self.plan.device, static_errors=self.static_errors, static_warnings=self.static_warnings,
+                      static_policy=self.plan.static_policy, min_bytes=ref.min_bytes, cache_bytes=self.lane.cache_bytes,
+                      empty_gap_us=ref_t.empty_gap_us)
+        ev.floor_launch_us, ev.copy_gbps = self._floors(ev, [ref_t.floor_launch.median_us] if ref_t.floor_launch else [],
+                                                        [ref_t.floor_copy.median_us] if ref_t.floor_copy else [])
         if ref.error:
             ev.reference_error = ref.error
         else:
@@ -234,10 +235,18 @@ class CandidateEvaluation:
                 pair, ev.rounds = False, []
                 continue
             ev.rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
-        launches = [x for r in ev.rounds for x in r.launch]
-        if launches:
-            ev.floor_launch_us = summarize(launches).median_us
+        if ev.rounds:
+            ev.floor_launch_us, ev.copy_gbps = self._floors(ev, [x for r in ev.rounds for x in r.launch],
+                                                            [x for r in ev.rounds for x in r.copy])
         return batches
+
+    @staticmethod
+    def _floors(ev: Evidence, launches: list[float], copies: list[float]) -> tuple[float | None, float | None]:
+        """The launch floor and the copy bandwidth a record is judged against: the empty launch and the copy of the
+        shape's minimum bytes, timed through the candidates' loop, in the record's own rounds where it has them."""
+        copy_us = summarize(copies).median_us if copies else None
+        return (summarize(launches).median_us if launches else None,
+                ev.min_bytes / copy_us / 1e3 if copy_us and ev.min_bytes else None)
 
     def keep_raw(self, shape: Shape, rounds: list[Round]) -> str | None:
         """Every timed call of every round, beside the records: the figures a speedup was computed from."""

@@ -42,16 +42,6 @@ class TimedVerification:
     input_mutated: bool = False
 
 
-@dataclass(frozen=True)
-class Calibration:
-    empty_launch_us: float
-    read_us: float
-    copy_gbps: float
-    host_gap_us: float = 0.0
-    cache_bytes: int = 0
-    copy_bytes: int = 0
-
-
 @dataclass
 class Evidence:
     """Gathered stage by stage for one solution x shape; the verdict reads it whole."""
@@ -76,6 +66,8 @@ class Evidence:
     graph: Measurement | None = None
     graph_message: str | None = None
     min_bytes: int = 0
-    calibration: Calibration | None = None
+    cache_bytes: int = 0  # the device's last-level cache
+    copy_gbps: float | None = None  # a copy of the shape's minimum bytes, timed as the candidate is
+    empty_gap_us: float | None = None  # the host's wait past the last event of an empty call, timed the same way
     floor_launch_us: float | None = None
     tampered: list[str] = field(default_factory=list)

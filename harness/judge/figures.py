@@ -55,14 +55,13 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
         if copy_ratio is None and copy_us:
             copy_ratio = t.median_us / copy_us
         bw = ev.min_bytes / t.median_us / 1e3 if ev.min_bytes and t.median_us > 0 else None
-        copy_gbps = lane.calibration.copy_gbps if lane.calibration else None
         timing = TimingFigures(
             time_us=t.median_us, runs=t.runs, iqr_us=t.iqr_us, min_us=t.min_us, rse=t.rse,
             gpu_time_us=_median(ev.graph), ref_time_us=ref_us, ref_compile_time_us=_median(ref_t.compiled),
             ref_gpu_time_us=_median(ref_t.graph), speedup_rounds=len(ev.rounds) or None,
             copy_ratio=copy_ratio if correct else None, bytes_min=ev.min_bytes or None,
             bandwidth_gbps=bw if correct else None,
-            bandwidth_frac=bw / copy_gbps if correct and bw and copy_gbps else None)
+            bandwidth_frac=bw / ev.copy_gbps if correct and bw and ev.copy_gbps else None)
         floors = Floors(launch_us=ev.floor_launch_us, read_us=_median(ref_t.floor_read), copy_us=copy_us)
     cmps = [c.comparison for c in ev.checks]
     check = CheckFigures(

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import isolation
 from .evaluate import INIT_TIMEOUT_S, CandidateEvaluation, safe_name
-from .evidence import Calibration
 from .guard import Gate, TamperWatch
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
@@ -44,7 +43,6 @@ class LaneContext:
     keep: Callable[[str, bytes], Path] | None
     profile: Profile
     cache_bytes: int = 0
-    calibration: Calibration | None = None
     timings: dict[str, RefTiming] = field(default_factory=dict)
 
 
@@ -140,12 +138,11 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
 
 def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict, static: dict, tamper: TamperWatch,
              writer, progress: Callable[[str, int], None]) -> None:
-    """The reference's work on this lane (calibration, outputs on lane 0, timings per shape), then candidates from
+    """The reference's work on this lane (outputs on lane 0, timings and floors per shape), then candidates from
     the queue until it yields None, each shape's record written as it is decided."""
     plan, ref = ctx.plan, ctx.ref
     try:
         ref.turn.open_to_spares(False)
-        ctx.calibration = ref.calibrate(ctx.cache_bytes)
         for shape in plan.shapes:
             if ctx.index == 0:
                 ctx.store.put(ref.outputs(shape))

@@ -97,7 +97,6 @@ class WorkerHandle:
         self.conn = parent
         self.trusted = trusted
         self.alive = True
-        self.spawned_at = time.monotonic()
 
     @property
     def forked(self) -> bool:
@@ -111,10 +110,13 @@ class WorkerHandle:
             self.kill()
             raise WorkerGone("died", f"{describe_exit(self._wait_code())} ({e})") from None
 
-    def recv(self, timeout: float) -> dict:
+    def _wait(self, timeout: float) -> None:
         if not self.conn.poll(max(timeout, 0.0)):
             self.kill()
-            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s")
+            raise WorkerGone("timeout", f"no answer within {max(timeout, 0.0):.0f} s (the rest of its time limit)")
+
+    def recv(self, timeout: float) -> dict:
+        self._wait(timeout)
         try:
             data = self.conn.recv_bytes(None if self.trusted else MAX_REPLY_BYTES)
             reply = json.loads(data)
@@ -131,9 +133,7 @@ class WorkerHandle:
     def recv_frame(self, nbytes: int, timeout: float) -> bytearray:
         """One raw data frame of a known size, received into a writable buffer (no extra copy)."""
         buf = bytearray(nbytes)
-        if not self.conn.poll(max(timeout, 0.0)):
-            self.kill()
-            raise WorkerGone("timeout", f"no data within {timeout:.0f} s")
+        self._wait(timeout)
         try:
             n = self.conn.recv_bytes_into(buf)
         except (EOFError, OSError, BufferError):
@@ -147,21 +147,6 @@ class WorkerHandle:
         """The worker's whole process group stopped meanwhile: while the reference is timed beside a
         candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
         return groups_stopped([self.proc.pid] if self.alive else [])
-
-    def move_log(self, path: Path, timeout: float) -> None:
-        """Send the worker's output to path from now on, after what it printed so far."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError), open(path, "ab") as f:
-            f.write(self.log_path.read_bytes())
-        self.give_log(path)
-        reply = self.request("log", timeout, path=str(path))
-        if not reply.get("ok"):
-            raise WorkerGone("died", f"could not move its log: {reply.get('message', '')}")
-        self._log.close()
-        with contextlib.suppress(OSError):
-            self.log_path.unlink()
-        self._log = open(path, "ab")
-        self.log_path = path
 
     def own_folder(self, shared: Path) -> Path:
         """Where this worker may write files for the judge (its cwd, output slots): its home under a user of its
@@ -192,15 +177,10 @@ class WorkerHandle:
 
     def kill(self) -> None:
         if self.alive:
+            self.stop()
             self.alive = False
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             self.conn.close()
             self._log.close()
             if self.identity is not None:
@@ -208,10 +188,8 @@ class WorkerHandle:
 
     def close(self) -> None:
         if self.alive:
-            try:
+            with contextlib.suppress(WorkerGone):
                 self.request("exit", timeout=5)
-            except WorkerGone:
-                pass
             self.kill()
 
 

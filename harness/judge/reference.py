@@ -1,4 +1,4 @@
-"""The reference side of a run, in the judge: outputs, timings and calibration from a reference worker.
+"""The reference side of a run, in the judge: outputs, timings and floors from a reference worker.
 
 Reference outputs for every check seed are produced once per run, travel over the worker's private socket and
 stay in the judge's memory; no candidate process ever holds them. Each lane (device) times the reference itself,
@@ -17,7 +17,6 @@ import torch
 from ..settings import LoopSettings, Shape
 from ..stats import Measurement, Round, summarize
 from .compare import tensor_from_bytes
-from .evidence import Calibration
 from .processes import WorkerGone, WorkerHandle
 from .turns import DeviceTurn
 
@@ -50,6 +49,7 @@ class RefTiming:
     floor_launch: Measurement | None = None
     floor_read: Measurement | None = None
     floor_copy: Measurement | None = None
+    empty_gap_us: float | None = None  # the host's wait past the last event of an empty call (floor_launch's)
     compile_error: str | None = None
     error: str | None = None
     seconds: float = 0.0
@@ -101,11 +101,6 @@ class ReferenceRunner:
         return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
                          fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
 
-    def calibrate(self, cache_bytes: int) -> Calibration:
-        r = self._ask("calibrate", loop=self.loop.calibration().json())
-        return Calibration(empty_launch_us=r["empty_launch_us"], read_us=r["read_us"], copy_gbps=r["copy_gbps"],
-                           host_gap_us=r["host_gap_us"], cache_bytes=cache_bytes, copy_bytes=r["copy_bytes"])
-
     def _setup(self, shape: Shape, compiled: bool) -> None:
         """A compiled setup holds the eager model too, so it serves both (a new setup would compile again)."""
         if self.current not in ((shape.name, compiled), (shape.name, True)):
@@ -134,11 +129,10 @@ class ReferenceRunner:
 
     def timings(self, shape: Shape, device: str, min_bytes: int = 0) -> RefTiming:
         """torch.compile's first calls (untimed, spares let in meanwhile), eager and compiled back to back, the
-        floors, then (only when speedups use it) CUDA-graph replay, which is last because a failed capture
-        can leave the worker's CUDA state unusable. The floors time a
-        stand-in through the candidates' own loop on this shape's inputs (refills, flush and verification
-        included): one launch; one read and one launch; a copy of the shape's minimum bytes. What the
-        cheapest possible candidate, and a copy of the same bytes, measure under the same conditions."""
+        floors, then (only when speedups use it) CUDA-graph replay, last because a failed capture can leave the
+        worker's CUDA state unusable. The floors time a stand-in through the candidates' own loop (flush, batches
+        and verification included): one launch; one read and one launch; a copy of the shape's minimum bytes.
+        What the cheapest possible candidate, and a copy of the same bytes, cost under the same conditions."""
         t = RefTiming()
         t0 = time.monotonic()
         try:
@@ -176,10 +170,10 @@ class ReferenceRunner:
         try:
             with self.lock:
                 self._setup(shape, False)
-                t.floor_launch, t.floor_read, t.floor_copy = (
-                    summarize(self._ask("time", base_seed=base, loop=self.loop.short().one_off().json(), verify=True,
-                                        floor=kind, floor_bytes=min_bytes)["device_us"])
-                    for kind in ("launch", "launch_read", "copy"))
+                floors = [self._ask("time", base_seed=base, loop=self.loop.short().one_off().json(), verify=True,
+                                    floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
+            t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
+            t.empty_gap_us = statistics.median(h - s for h, s in zip(floors[0]["host_us"], floors[0]["span_us"]))
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
             return t

@@ -299,11 +299,11 @@ class Runner:
             "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": final,
         }
         if final:
-            data["calibration"] = {str(c.index): vars(c.calibration) for c in self.lanes if c.calibration}
             data["reference_timings"] = {
                 str(c.index): {s: {k: (getattr(t, k).to_json() if getattr(t, k) else None)
                                    for k in ("eager", "compiled", "graph", "floor_launch", "floor_read", "floor_copy")}
-                               | {"compile_error": t.compile_error, "error": t.error, "seconds": t.seconds}
+                               | {"empty_gap_us": t.empty_gap_us, "compile_error": t.compile_error, "error": t.error,
+                                  "seconds": t.seconds}
                                for s, t in c.timings.items()}
                 for c in self.lanes}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}

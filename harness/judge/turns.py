@@ -7,7 +7,7 @@ import threading
 
 from .builds import RUNNING
 
-TIMED_COMMANDS = frozenset({"time", "graph", "calibrate"})
+TIMED_COMMANDS = frozenset({"time", "graph"})
 
 
 class DeviceTurn:

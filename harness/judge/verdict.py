@@ -34,9 +34,10 @@ INFO = {
 
 # Thresholds, each with its reason.
 LAUNCH_BOUND_RATIO = 1.5          # issue spec: within 1.5x of the empty launch
-FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x copy bandwidth (outputs left in L2 included);
-                                  # applied when the minimum bytes are at least twice the last-level cache
-HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the calibrated gap of an empty call
+FASTER_THAN_MEMORY_RATIO = 1.5    # honest kernels stay under ~1.25x the bandwidth of a copy of the same bytes timed
+                                  # the same way (outputs left in L2 included); applied when the minimum bytes are
+                                  # at least twice the last-level cache
+HOST_GAP_SLACK_US = 30.0          # host-vs-events slack beyond the gap of an empty call timed the same way
 HOST_GAP_REL = 0.2                # ... plus 20% of the call's own time
 TIMER_RATIO = 0.5                 # reported time under half what the judge's clock saw
 TIMER_SLACK_US = 50.0             # IPC jitter allowance for the judge's clock
@@ -96,9 +97,8 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
     if any(v.input_mutated for v in e.timed):
         flags["input_mutated"] = "inputs differ after a timed call"
     t = e.timing
-    cal = e.calibration
-    if t is not None and cal is not None and e.device == "cuda" and e.host_gap_us is not None:
-        limit = cal.host_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
+    if t is not None and e.empty_gap_us is not None and e.device == "cuda" and e.host_gap_us is not None:
+        limit = e.empty_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
         if e.host_gap_us > limit:
             flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
                                             f"(limit {limit:.0f} us): device work the events did not see")
@@ -108,11 +108,11 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
         if timer_contradicts(t.median_us, e.judge_call_us):
             flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
                                        f"{e.judge_call_us:.1f} us per call")
-    if t is not None and cal is not None and e.min_bytes >= max(2 * cal.cache_bytes, 1) and t.median_us > 0:
+    if t is not None and e.copy_gbps and e.min_bytes >= max(2 * e.cache_bytes, 1) and t.median_us > 0:
         gbps = e.min_bytes / t.median_us / 1e3
-        if gbps > FASTER_THAN_MEMORY_RATIO * cal.copy_gbps:
+        if gbps > FASTER_THAN_MEMORY_RATIO * e.copy_gbps:
             flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
-                                           f"{cal.copy_gbps:.0f} GB/s")
+                                           f"{e.copy_gbps:.0f} GB/s")
     if e.tampered:
         flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
     return flags
@@ -125,9 +125,8 @@ def timer_contradicts(reported_us: float, judge_call_us: float) -> bool:
 
 def info_flags(e: Evidence) -> list[str]:
     flags = []
-    floor = e.floor_launch_us or (e.calibration.empty_launch_us if e.calibration is not None else None)
-    if e.timing is not None and floor and e.device == "cuda":
-        if e.timing.median_us <= LAUNCH_BOUND_RATIO * floor:
+    if e.timing is not None and e.floor_launch_us and e.device == "cuda":
+        if e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us:
             flags.append("launch_bound")
     if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
         flags.append("not_graph_safe")

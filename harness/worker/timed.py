@@ -1,5 +1,5 @@
-"""The worker's timed commands: timed calls on fresh inputs, graph replays, calls the judge times with its own
-clock, the floors' stand-ins and the lane's calibration. Mixed into `commands.Worker`."""
+"""The worker's timed commands: timed calls on fresh inputs (the floors' stand-ins too), graph replays, and calls
+the judge times with its own clock. Mixed into `commands.Worker`."""
 
 from __future__ import annotations
 
@@ -176,25 +176,3 @@ class TimedCommands:
                 del out
             self.send({"done": k})
         return {}
-
-    def cmd_calibrate(self, frames, loop: dict) -> dict:
-        """The lane's empty launch, host gap, device-to-host read and copy bandwidth, back to back (medians)."""
-        s = LoopSettings(**loop)
-
-        def median_of(fn) -> tuple[float, list]:
-            samples, _ = clocks.run_loop(self.clock, lambda i: (fn, True), lambda o: None, lambda *a: None, s)
-            return sorted(x.device_us for x in samples)[len(samples) // 2], samples
-
-        one = torch.zeros(1, device=self.device)
-        count = torch.ones(1, dtype=torch.int32, device=self.device)
-        empty = _EmptyModel()
-        launch, samples = median_of(lambda: empty(one))
-        result = {"empty_launch_us": launch,
-                  "host_gap_us": sorted(x.host_us - x.span_us for x in samples)[len(samples) // 2],
-                  "read_us": median_of(lambda: count.item())[0] if self.device == "cuda" else 0.0}
-        nbytes = 1 << 30 if self.device == "cuda" else 1 << 28
-        src = torch.empty(nbytes, dtype=torch.uint8, device=self.device).random_()
-        dst = torch.empty_like(src)
-        copy_us = median_of(lambda: dst.copy_(src))[0]
-        result.update(copy_bytes=2 * nbytes, copy_us=copy_us, copy_gbps=2 * nbytes / copy_us / 1e3)
-        return result
