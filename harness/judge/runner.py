@@ -21,22 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cachekeys import toolchain_id
-from . import forkserver, isolation, report, static_checks
+from . import forkserver, isolation, lanes, report, static_checks
 from .builds import BuildPool, BuildResult, HeaderBuild, build_env, build_nice, run_build, snapshot_candidate
 from .envinfo import gpu_arch_hint, host_info
 from .evaluate import safe_name
 from .figures import unrun_records
 from .guard import TamperWatch, TreeGuard
-from .lanes import (
-    POISON_BYTES,
-    SPARE_WORKERS,
-    LaneContext,
-    SparePool,
-    lane_log,
-    run_lane,
-    spare_maker,
-    start_worker,
-)
 from .plan import Plan
 from .processes import WorkerGone
 from .profile import Profile
@@ -57,34 +47,27 @@ class Runner:
         self.profile = Profile(plan.profile)
         self.builds: dict[str, BuildResult] = {}
         self.pch: HeaderBuild | None = None
-        self.lanes: list[LaneContext] = []
+        self.contexts: list[lanes.LaneContext] = []
         self.lane_info: dict[int, dict] = {}
+        self.toolchain = toolchain_id(plan.device)
+        n = len(plan.lanes)
+        cores = sorted(os.sched_getaffinity(0))
+        # on a GPU host with cores to spare, each lane's timing gets a core of its own; builds and spares the rest
+        own = plan.device == "cuda" and len(cores) >= 4 + n
+        self.lane_cores = [[cores[-(i + 1)]] if own else None for i in range(n)]
+        self.build_cores = cores[:-n] if own else None
+        p = plan.problem
+        self.problem_src = {"name": p.name, "path": p.path, "text": p.text}
 
     def run(self) -> list[Record]:
         self.out.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        self.scratch = self._scratch()
+        shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
+        self.scratch = Path(tempfile.mkdtemp(prefix="kbh-", dir="/dev/shm" if shm else None))  # output slots
         try:
             return self._run()
         finally:
             shutil.rmtree(self.scratch, ignore_errors=True)
-
-    def _scratch(self) -> Path:
-        """Private scratch space for output files: memory-backed when /dev/shm has room for large outputs."""
-        shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
-        return Path(tempfile.mkdtemp(prefix="kbh-", dir="/dev/shm" if shm else None))
-
-    def _cores(self) -> tuple[list[list[int] | None], list[int] | None]:
-        """On a GPU host with cores to spare, each lane's timing gets a core of its own; builds and spares the rest."""
-        cores = sorted(os.sched_getaffinity(0))
-        n = len(self.plan.lanes)
-        if self.plan.device != "cuda" or len(cores) < 4 + n:
-            return [None] * n, None
-        return [[cores[-(i + 1)]] for i in range(n)], cores[:-n]
-
-    def _problem_src(self) -> dict:
-        p = self.plan.problem
-        return {"name": p.name, "path": p.path, "text": p.text}
 
     def _run(self) -> list[Record]:
         plan = self.plan
@@ -96,36 +79,32 @@ class Runner:
         if plan.isolate:
             isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
         guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
-        for name in [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]:
+        logs = [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]
+        logs += [lanes.lane_log(self.logs, kind, i).name for kind in ("reference", "spare") for i in range(len(plan.lanes))]
+        for name in logs:
             guard.allow_log(name)
-        for i in range(len(plan.lanes)):
-            guard.allow_log(lane_log(self.logs, "reference", i).name)
-            guard.allow_log(lane_log(self.logs, "spare", i).name)
         self.tamper = TamperWatch(guard)
-        todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
-        cands = [c for c in cands if todo[c.name]]
-        lane_cores, build_cores = self._cores()
-        toolchain = toolchain_id(plan.device)
+        self.todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
+        self.cands = [c for c in cands if self.todo[c.name]]
         starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
-        ref_start = starter.submit(self._start_references, lane_cores, toolchain)
+        ref_start = starter.submit(self._start_references)
         starter.shutdown(wait=False)
         try:
-            static = {}
-            for c in cands:
+            self.static = {}
+            for c in self.cands:
                 found = [] if plan.static_policy == "off" else static_checks.analyze(
                     c.source, plan.device, c.path.parent, {plan.problem.name})
-                static[c.name] = ([f"{f.rule} (line {f.line})" for f in found if f.severity == "error"],
-                                  [f"{f.rule} (line {f.line})" for f in found if f.severity == "warning"])
+                self.static[c.name] = tuple([f"{f.rule} (line {f.line})" for f in found if f.severity == sev]
+                                            for sev in ("error", "warning"))
             self.host = host_info(self.repo_root)
-            arch_hint = gpu_arch_hint() if plan.device == "cuda" else None
             self.profile.mark("runner_started")
-            return self._pipeline(cands, todo, static, lane_cores, build_cores, toolchain, ref_start, arch_hint)
+            return self._pipeline(ref_start)
         finally:
             with contextlib.suppress(Exception):  # a failed start has killed its workers already
                 for r in ref_start.result():
                     r.worker.close()
 
-    def _pipeline(self, cands, todo, static, lane_cores, build_cores, toolchain, ref_start, arch_hint) -> list[Record]:
+    def _pipeline(self, ref_start) -> list[Record]:
         """Builds start at once where the GPU architecture is known without a CUDA context (nvidia-smi) or not
         needed (CPU), else once the references have started; lanes start once the references have."""
         plan = self.plan
@@ -133,50 +112,42 @@ class Runner:
                             TimeElapsedColumn(), console=self.console, transient=False)
         with progress:
             tasks = {"reference": progress.add_task("reference", total=len(plan.shapes) * len(plan.lanes)),
-                     "build": progress.add_task("build", total=len(cands)),
-                     "evaluate": progress.add_task("evaluate", total=sum(len(v) for v in todo.values()))}
-
-            def advance(what: str, n: int) -> None:
-                progress.advance(tasks[what], n)
-
+                     "build": progress.add_task("build", total=len(self.cands)),
+                     "evaluate": progress.add_task("evaluate", total=sum(len(v) for v in self.todo.values()))}
+            self.advance = lambda what, n: progress.advance(tasks[what], n)
             work: queue.Queue = queue.Queue()
             threads: list[threading.Thread] = []
             pool = BuildPool(plan.jobs)
             futures: dict = {}
-            arch = arch_hint
+            arch = gpu_arch_hint() if plan.device == "cuda" else None
             try:
-                if arch_hint or plan.device != "cuda":
-                    self._submit_builds(pool, futures, cands, todo, static, build_cores, build_env(arch_hint, toolchain),
-                                        advance)
+                if arch or plan.device != "cuda":
+                    self._submit_builds(pool, futures, build_env(arch, self.toolchain))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.profile.mark("references_started")
                 if plan.device == "cuda":
-                    arch = self.lane_info[0].get("capability")
-                    if arch_hint and arch != arch_hint:
-                        raise RuntimeError(f"nvidia-smi reports compute capability {arch_hint} for every GPU, but torch "
+                    hint, arch = arch, self.lane_info[0].get("capability")
+                    if hint and arch != hint:
+                        raise RuntimeError(f"nvidia-smi reports compute capability {hint} for every GPU, but torch "
                                            f"reports {arch} on lane 0: the builds target the wrong GPU")
-                    if not arch_hint:
-                        self._submit_builds(pool, futures, cands, todo, static, build_cores, build_env(arch, toolchain),
-                                            advance)
-                self._write_run_json(arch, toolchain)
+                    if not hint:
+                        self._submit_builds(pool, futures, build_env(arch, self.toolchain))
+                self._write_run_json(arch)
                 if not plan.build_only:
-                    threads = self._start_lanes(refs, lane_cores, build_cores, toolchain, arch, len(cands), work, todo,
-                                                static, advance)
+                    threads = self._start_lanes(refs, arch, work)
                 for fut in as_completed(futures):
-                    c = futures[fut]
-                    result = fut.result()
+                    c, result = futures[fut], fut.result()
                     self.builds[c.name] = result
                     if self.pch is not None and self.pch.status == "not started" and not result.cached:
                         self.pch.start()  # a compile ran: make the header for the builds that start later
                     self.tamper.build_ended(c.name)
-                    advance("build", 1)
+                    self.advance("build", 1)
                     if plan.build_only:
-                        advance("evaluate", len(todo[c.name]))
+                        self.advance("evaluate", len(self.todo[c.name]))
                         self.console.print(f"{c.name}: {result.status} in {result.seconds:.0f} s"
                                            f"{' (cached)' if result.cached else ''} {result.message}")
                     elif result.status in ("compile_error", "timeout"):
-                        self._write_all(unrun_records(plan, c, todo[c.name], static[c.name], result, self._device_name()))
-                        advance("evaluate", len(todo[c.name]))
+                        self._write_unrun(c, result)
                     else:
                         work.put((c, result))
             finally:
@@ -189,7 +160,7 @@ class Runner:
                 pool.shutdown()
                 if self.pch is not None:
                     self.pch.stop()
-        self._write_run_json(arch, toolchain, final=True)
+        self._write_run_json(arch, final=True)
         records = self.writer.records
         note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
                               plan.config.timing.speedup_quantile)
@@ -199,103 +170,101 @@ class Runner:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
 
-    def _submit_builds(self, pool: BuildPool, futures: dict, cands, todo, static, build_cores, benv: dict,
-                       advance) -> None:
+    def _submit_builds(self, pool: BuildPool, futures: dict, benv: dict) -> None:
         plan = self.plan
         self.profile.mark("builds_started")
         wants_pch = plan.config.build.pch and not plan.isolate  # isolated builds compile in folders of their own
-        if wants_pch and any(c.native_kind in ("cpp", "cuda") for c in cands) and self.pch is None:
-            self.pch = HeaderBuild(plan.cache_dir, benv.get("KBH_TOOLCHAIN", ""), self.repo_root, benv,
-                                   self.logs / "pch.log", plan.config.build.timeout_s, build_cores)
-            if plan.device == "cpu":
+        if wants_pch and any(c.native_kind in ("cpp", "cuda") for c in self.cands) and self.pch is None:
+            self.pch = HeaderBuild(plan.cache_dir, self.toolchain, self.repo_root, benv, self.logs / "pch.log",
+                                   plan.config.build.timeout_s, self.build_cores)
+            if plan.device == "cpu":  # main.cpp is the whole compile: the builds wait for the header
                 self.pch.start()
                 self.pch.wait()
             benv = dict(benv, KBH_PCH="1")
-        for c in cands:
-            if static[c.name][0] and plan.static_policy == "strict":
-                self._write_all(unrun_records(plan, c, todo[c.name], static[c.name], None, self._device_name()))
-                advance("build", 1)
-                advance("evaluate", len(todo[c.name]))
+        for c in self.cands:
+            if self.static[c.name][0] and plan.static_policy == "strict":
+                self._write_unrun(c, None)
+                self.advance("build", 1)
                 continue
             kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                           timeout_s=plan.config.build.timeout_s, log_path=self.logs / f"{safe_name(c.name)}.build.log",
-                          scratch=self.scratch, cores=build_cores, nice=build_nice(len(futures)), isolate=plan.isolate)
+                          scratch=self.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
+                          isolate=plan.isolate)
             self.tamper.build_started(c.name, c, kwargs)
             futures[pool.submit(run_build, c, **kwargs)] = c
 
     def _device_name(self) -> str:
-        info = self.lane_info.get(0, {})
-        return info.get("gpu") or f"CPU ({self.host.get('cpu_cores', '?')} cores)"
+        return self.lane_info.get(0, {}).get("gpu") or f"CPU ({self.host.get('cpu_cores', '?')} cores)"
 
-    def _write_all(self, records: list[Record]) -> None:
-        for r in records:
+    def _write_unrun(self, c, build: BuildResult | None) -> None:
+        for r in unrun_records(self.plan, c, self.todo[c.name], self.static[c.name], build, self._device_name()):
             self.writer.write(r)
+        self.advance("evaluate", len(self.todo[c.name]))
 
-    def _lane_env(self, i: int, toolchain: str) -> dict:
-        env = {"KBH_TOOLCHAIN": toolchain}
+    def _lane_env(self, i: int) -> dict:
+        env = {"KBH_TOOLCHAIN": self.toolchain}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
-    def _start_references(self, lane_cores, toolchain: str) -> list[ReferenceRunner]:
+    def _start_references(self) -> list[ReferenceRunner]:
+        """Each lane's reference worker started and initialized, the lanes in parallel; lanes on one device share
+        its turn."""
         plan = self.plan
         turns: dict[str, DeviceTurn] = {}
-        refs, envs = [], []
+        refs = []
         for i, dev in enumerate(plan.lanes):
-            turn = turns.setdefault(dev, DeviceTurn(pause_builds=lane_cores[i] is None))
-            env = self._lane_env(i, toolchain) | {"TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
-                                                  "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
-            envs.append(env)
-            w = start_worker(plan, self.repo_root, env, lane_log(self.logs, "reference", i), self.scratch, trusted=True)
-            refs.append(ReferenceRunner(w, plan, plan.config.timeouts.shape_s, turn=turn))
-        errors = []
+            turn = turns.setdefault(dev, DeviceTurn(pause_builds=self.lane_cores[i] is None))
+            env = self._lane_env(i) | {"TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
+                                       "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
+            log = lanes.lane_log(self.logs, "reference", i)
+            w = lanes.start_worker(plan, self.repo_root, env, log, self.scratch, trusted=True)
+            refs.append((ReferenceRunner(w, plan, plan.config.timeouts.shape_s, turn=turn), env))
 
-        def init(i: int) -> None:
+        def init(i: int) -> str | None:
+            ref, env = refs[i]
             try:
-                self.lane_info[i] = refs[i].init(self._problem_src(), plan.device, str(plan.cache_dir), lane_cores[i],
-                                                 envs[i])
+                self.lane_info[i] = ref.init(self.problem_src, plan.device, str(plan.cache_dir), self.lane_cores[i], env)
             except (RuntimeError, WorkerGone) as e:
-                errors.append(f"reference worker on lane {i} failed to start: {e}")
+                return f"reference worker on lane {i} failed to start: {e}"
+            return None
 
-        threads = [threading.Thread(target=init, args=(i,)) for i in range(len(refs))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with ThreadPoolExecutor(max_workers=len(refs)) as ex:
+            errors = [e for e in ex.map(init, range(len(refs))) if e]
         if errors:
-            for r in refs:
+            for r, _ in refs:
                 r.worker.kill()
             raise RuntimeError(errors[0] + f" (log: {self.logs})")
-        return refs
+        return [r for r, _ in refs]
 
-    def _start_lanes(self, refs, lane_cores, spare_cores, toolchain, arch, needed, work, todo, static,
-                     advance) -> list[threading.Thread]:
+    def _start_lanes(self, refs, arch, work) -> list[threading.Thread]:
         plan = self.plan
         store = ReferenceStore()
         threads = []
         for i, ref in enumerate(refs):
             info = self.lane_info[i]
-            size = 1 if lane_cores[i] is None else SPARE_WORKERS
-            lane_env = self._lane_env(i, toolchain) | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
-            make = spare_maker(plan, self.repo_root, lane_env, self.scratch, lane_log(self.logs, "spare", i),
-                               spare_cores, ref.turn, size, self._problem_src(), self.profile)
-            ctx = LaneContext(index=i, plan=plan, store=store, ref=ref, scratch=self.scratch, log_dir=self.logs,
-                              device_name=info.get("gpu") or self._device_name(), cores=lane_cores[i],
-                              poison_bytes=POISON_BYTES if plan.device == "cuda" else 0, gate=self.tamper.gate,
-                              turn=ref.turn, keep=self.tamper.guard.keep, profile=self.profile,
-                              cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
-            self.lanes.append(ctx)
-            spares = SparePool(make, size=size, needed=needed)
-            threads.append(threading.Thread(target=run_lane, name=f"kbh-lane{i}", daemon=True,
-                                            args=(ctx, spares, work, todo, static, self.tamper, self.writer, advance)))
+            size = 1 if self.lane_cores[i] is None else lanes.SPARE_WORKERS
+            lane_env = self._lane_env(i) | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
+            make = lanes.spare_maker(plan, self.repo_root, lane_env, self.scratch, lanes.lane_log(self.logs, "spare", i),
+                                     self.build_cores, ref.turn, size, self.problem_src, self.profile)
+            ctx = lanes.LaneContext(
+                index=i, plan=plan, store=store, ref=ref, scratch=self.scratch, log_dir=self.logs,
+                device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i],
+                poison_bytes=lanes.POISON_BYTES if plan.device == "cuda" else 0, gate=self.tamper.gate, turn=ref.turn,
+                keep=self.tamper.guard.keep, profile=self.profile,
+                cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
+            self.contexts.append(ctx)
+            spares = lanes.SparePool(make, size=size, needed=len(self.cands))
+            threads.append(threading.Thread(target=lanes.run_lane, name=f"kbh-lane{i}", daemon=True, args=(
+                ctx, spares, work, self.todo, self.static, self.tamper, self.writer, self.advance)))
         for t in threads:
             t.start()
         return threads
 
-    def _write_run_json(self, arch: str | None, toolchain: str, final: bool = False) -> None:
+    def _write_run_json(self, arch: str | None, final: bool = False) -> None:
         plan = self.plan
         data = {
             "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
             "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
-            "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": toolchain,
+            "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
             "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": final,
         }
         if final:
@@ -305,7 +274,7 @@ class Runner:
                                | {"empty_gap_us": t.empty_gap_us, "compile_error": t.compile_error, "error": t.error,
                                   "seconds": t.seconds}
                                for s, t in c.timings.items()}
-                for c in self.lanes}
+                for c in self.contexts}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
             data["pch"] = self.pch.info() if self.pch is not None else None
             data["warnings"] = self.tamper.warnings
@@ -317,4 +286,3 @@ class Runner:
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, default=str))
         tmp.replace(self.out / "run.json")
-
