@@ -1,5 +1,5 @@
-"""The judge's side of the build cache (layout and keys: harness.cachekeys): its record of whole builds, which
-lets an unchanged candidate skip its build process, and under --isolate the adoption of what a build staged."""
+"""The judge's side of the build cache (layout, keys: harness.cachekeys): its record of whole builds, which
+lets an unchanged candidate skip its build process, and under --isolate adopting what a build staged."""
 
 from __future__ import annotations
 
@@ -24,11 +24,9 @@ def memo_lookup(cache_dir: Path, key: str) -> list[dict] | None:
     candidate goes straight to checking, with no build process (no interpreter, no torch import)."""
     try:
         exts = json.loads(_memo_path(cache_dir, key).read_text())["extensions"]
-        if all(extension_ready(cache_dir, e["name"], e["key"]) for e in exts):
-            return exts
+        return exts if all(extension_ready(cache_dir, e["name"], e["key"]) for e in exts) else None
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+        return None
 
 
 def memo_store(cache_dir: Path, key: str, build_events: list[dict]) -> None:
@@ -57,16 +55,15 @@ def _read_plain(path: Path, inside: str) -> bytes | None:
 
 
 def adopt_staged(cache_dir: Path, staging: Path, build_events: list[dict]) -> list[str]:
-    """--isolate, in the judge: copy each extension a build compiled into its own staging folder into cache_dir
-    (the candidate's own folder of the cache), as the judge's files. The events come from the build process,
+    """--isolate, in the judge: copy each extension a build compiled into its staging folder into cache_dir
+    (the candidate's own folder of the cache) as the judge's files. The events come from the build process,
     so a lie there can only place a library in that candidate's own folder."""
     adopted = []
     inside = os.path.realpath(staging)
     for ev in build_events:
         name, key = str(ev.get("name")), str(ev.get("key"))
-        if not ev.get("ok") or ev.get("cached") or not EXT_NAME.fullmatch(name) or not EXT_KEY.fullmatch(key):
-            continue
-        if extension_ready(cache_dir, name, key):
+        if (not ev.get("ok") or ev.get("cached") or not EXT_NAME.fullmatch(name) or not EXT_KEY.fullmatch(key)
+                or extension_ready(cache_dir, name, key)):
             continue
         src = ext_folder(staging, key)
         blobs = {f: _read_plain(src / f, inside) for f in (f"{name}.so", "meta.json")}

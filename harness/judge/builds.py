@@ -1,6 +1,5 @@
-"""Candidate building: each candidate imported in its own build process (harness.worker.build_main), with no GPU
-visible, a time limit and its compiler output in a log; builds run in a pool sized from cores and memory.
-"""
+"""Candidate building: each candidate imported in a build process of its own (harness.worker.build_main), with
+no GPU visible, a time limit and its compiler output in a log, in a pool sized from cores and memory."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from .processes import groups_stopped
 
 
 class RunningBuilds:
-    """The build processes running now, by process group: paused while something is timed on cores they share,
-    and killed when a run stops early."""
+    """Build process groups running: paused while their cores time something, killed if a run stops early."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -84,29 +82,24 @@ class BuildResult:
     log: str = ""
     pch: bool = False  # main.cpp compiled with the cache's precompiled torch/extension.h
     memo: bool = False  # found in the cache's record of earlier builds: no build process ran
-    ext_root: str | None = None  # --isolate: the candidate's own folder of the cache, where its worker loads from
+    ext_root: str | None = None  # --isolate: the candidate's own folder of the cache, its worker loads from
 
 
 def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
     """A private copy of the candidate: what the static checks read is what the workers import."""
     text = path.read_text()
     digest = hashlib.sha256(text.encode()).hexdigest()
-    folder = src_dir / digest[:16]
-    folder.mkdir(parents=True, exist_ok=True)
-    copy = folder / path.name
+    copy = src_dir / digest[:16] / path.name
+    copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(text)
     return Candidate(name=name, path=path, source=text, sha256=digest, copy_path=copy)
 
 
 def default_jobs(reserved_cores: int = 1) -> int:
     """Builds in parallel: two per core left after the evaluation lane, at most one per 3 GB of memory.
-
-    Each build runs its two compiler processes (main.cpp and the .cu) at once, and builds run at falling
-    priority in the order submitted (build_nice): a build past the first core-count runs on the CPU time the
-    earlier ones leave, so starting it at once costs them little, where a build waiting for a slot waits for a
-    whole earlier build (the 16th of 16 candidates on the H200 host, one slot short, ended 8-10 s after all the
-    others).
-    """
+    A build runs its two compiles (main.cpp, the .cu) at once, at falling priority (build_nice): one past the
+    core count runs on the CPU time the earlier ones leave, where one waiting for a slot waits a whole build
+    (on the H200 host, one slot short, the 16th of 16 candidates ended 8-10 s after the others)."""
     cores = len(os.sched_getaffinity(0))
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -116,42 +109,19 @@ def default_jobs(reserved_cores: int = 1) -> int:
 
 
 def build_nice(order: int) -> int:
-    """Scheduling priority of the build submitted order-th: the earliest builds get the cores first, so they
-    finish early and the GPU starts evaluating while later builds run, instead of every build finishing
-    together after one long wait. All builds yield to the judge and the workers (nice 0)."""
+    """Priority of the build submitted order-th: the earliest finish first, so the GPU starts evaluating while
+    later builds run rather than after one long wait. All yield to the judge and the workers (nice 0)."""
     return min(19, 1 + order)
 
 
 def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
-    env = {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain}
-    if arch:
-        env["TORCH_CUDA_ARCH_LIST"] = arch
-    return env
-
-
-def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
-              log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0, isolate: bool = False) -> BuildResult:
-    """Build in a process of its own, unless the cache holds every extension an earlier build of the same source
-    in the same environment made (buildcache.memo_lookup): a warm batch then starts no build process."""
-    t0 = time.monotonic()
-    full_env = forkserver.worker_env(repo_root, env)
-    memo_key = build_memo_key(cand.sha256, full_env)
-    root = extension_root(cache_dir, memo_key, isolate)
-    ext_root = str(root) if isolate else None
-    if memo_lookup(root, memo_key) is not None:
-        return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
-    ident = isolation.new_identity() if isolate else None
-    try:
-        return _build_process(cand, root, memo_key, full_env, ident, timeout_s, log_path, scratch, cores, nice, t0)
-    finally:
-        if ident is not None:
-            ident.end()
+    arch_env = {"TORCH_CUDA_ARCH_LIST": arch} if arch else {}
+    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **arch_env}
 
 
 def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
-    """Where a candidate's extensions live: the shared cache, or under --isolate a folder of its own, named by its
-    source and build environment (the memo key), which only the judge writes: no other candidate's build can
-    place a library where this one loads from."""
+    """Where a candidate's extensions live: the shared cache, or under --isolate a folder of its own named by
+    its memo key, which only the judge writes: no other candidate's build can place a library there."""
     if not isolate:
         return cache_dir
     root = cache_dir / "by-source" / memo_key
@@ -159,77 +129,82 @@ def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
     return root
 
 
-def _build_process(cand: Candidate, root: Path, memo_key: str, full_env: dict, ident, timeout_s: float,
-                   log_path: Path, scratch: Path, cores, nice: int, t0: float) -> BuildResult:
-    ext_root = str(root) if ident is not None else None
-    result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
-    cwd, as_user = scratch, {}
-    if ident is not None:
-        full_env = dict(full_env, **ident.env())
-        result_path, cwd, as_user = ident.home / "result.json", ident.home, ident.popen()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        log.write(f"== build {cand.path} ==\n".encode())
-        log.flush()
-        args = [str(cand.copy_path), str(result_path), str(root)]
-        server = forkserver.current() if ident is None else None
-        proc = server.fork(full_env, cwd, log.fileno(), build=args) if server else None
-        proc = proc or subprocess.Popen([sys.executable, "-m", "harness.worker.build_main", *args],
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=cwd, env=full_env, start_new_session=True, **as_user)
-        if cores:
-            try:
-                os.sched_setaffinity(proc.pid, cores)
-            except OSError:
-                pass
-        if nice:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
-        RUNNING.add(proc.pid, cand.name)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            return BuildResult("timeout", f"build exceeded its {timeout_s:.0f} s limit", time.monotonic() - t0,
-                               log=str(log_path))
-        finally:
-            RUNNING.remove(proc.pid)
-    seconds = time.monotonic() - t0
+def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
+              log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0,
+              isolate: bool = False) -> BuildResult:
+    """Build in a process of its own, unless the cache holds every extension an earlier build of the same
+    source in the same environment made (buildcache.memo_lookup): a warm batch starts no build process."""
+    t0 = time.monotonic()
+    full_env = forkserver.worker_env(repo_root, env)
+    memo_key = build_memo_key(cand.sha256, full_env)
+    root = extension_root(cache_dir, memo_key, isolate)
+    ext_root, log = (str(root) if isolate else None), str(log_path)
+    if memo_lookup(root, memo_key) is not None:
+        return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
+    ident = isolation.new_identity() if isolate else None
     try:
-        data = json.loads(result_path.read_text())
-        result_path.unlink()
-    except (OSError, ValueError):
-        return BuildResult("deferred", f"build process ended without a result (exit code {proc.returncode})",
-                           seconds, log=str(log_path), ext_root=ext_root)
-    status = data.get("status")
-    events = data.get("events") or []
-    if not isinstance(events, list) or not all(isinstance(ev, dict) for ev in events):
-        events = []
-    if ident is not None:
-        adopt_staged(root, ident.staging, events)
-    cached = bool(events) and all(ev.get("cached") for ev in events)
-    pch = any(ev.get("pch") for ev in events)
-    if status == "built":
-        memo_store(root, memo_key, events)
-        return BuildResult("built", "", seconds, cached, str(log_path), pch, ext_root=ext_root)
-    if status == "compile_error":
-        return BuildResult("compile_error", data.get("message", ""), seconds, False, str(log_path), ext_root=ext_root)
-    # An import that failed without a compiler error (or found no ModelNew) is decided by the
-    # evaluation worker, which imports the candidate again with the device visible.
-    return BuildResult("deferred", data.get("message", ""), seconds, cached, str(log_path), ext_root=ext_root)
+        result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
+        cwd, as_user = scratch, {}
+        if ident is not None:
+            full_env = dict(full_env, **ident.env())
+            result_path, cwd, as_user = ident.home / "result.json", ident.home, ident.popen()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab", buffering=0) as log_file:
+            log_file.write(f"== build {cand.path} ==\n".encode())
+            args = [str(cand.copy_path), str(result_path), str(root)]
+            server = forkserver.current() if ident is None else None
+            proc = server.fork(full_env, cwd, log_file.fileno(), build=args) if server else None
+            proc = proc or subprocess.Popen([sys.executable, "-m", "harness.worker.build_main", *args],
+                                            cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                            stderr=subprocess.STDOUT, start_new_session=True, **as_user)
+            if cores:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(proc.pid, cores)
+            if nice:
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+            RUNNING.add(proc.pid, cand.name)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return BuildResult("timeout", f"build exceeded its {timeout_s:.0f} s limit",
+                                   time.monotonic() - t0, log=log)
+            finally:
+                RUNNING.remove(proc.pid)
+        seconds = time.monotonic() - t0
+        try:
+            data = json.loads(result_path.read_text())
+            result_path.unlink()
+        except (OSError, ValueError):
+            message = f"build process ended without a result (exit code {proc.returncode})"
+            return BuildResult("deferred", message, seconds, log=log, ext_root=ext_root)
+        events = data.get("events") or []
+        events = events if isinstance(events, list) and all(isinstance(ev, dict) for ev in events) else []
+        if ident is not None:
+            adopt_staged(root, ident.staging, events)
+        status, message = data.get("status"), data.get("message", "")
+        cached = bool(events) and all(ev.get("cached") for ev in events)
+        if status == "built":
+            memo_store(root, memo_key, events)
+            pch = any(ev.get("pch") for ev in events)
+            return BuildResult("built", "", seconds, cached, log, pch, ext_root=ext_root)
+        if status == "compile_error":
+            return BuildResult("compile_error", message, seconds, False, log, ext_root=ext_root)
+        # any other failure (no ModelNew, no compiler error) is decided by the worker, with the device visible
+        return BuildResult("deferred", message, seconds, cached, log, ext_root=ext_root)
+    finally:
+        if ident is not None:
+            ident.end()
 
 
 class HeaderBuild:
-    """torch/extension.h precompiled into the build cache by the judge (`harness.worker.extcache --pch`, no candidate
-    code), once per torch and compiler. A build uses it if it is complete when its compile starts
-    (extcache.ready_pch). In CPU mode, where main.cpp is the whole compile, the runner makes it first and
-    waits. CUDA builds start at once (their .cu compile is the longer half and cannot use it) and the
-    header is made once a build has really compiled, so a run whose builds all come from the cache does not
-    spend a core on it: builds that start after it is ready, and later runs on the same cache, use it."""
+    """torch/extension.h precompiled into the cache by the judge (`extcache --pch`, no candidate code), used
+    by builds whose compile starts once it is complete. CPU runs (main.cpp is the whole compile) make it first
+    and wait; CUDA builds (the .cu, the longer half, cannot use it) start at once and it is made once one
+    really compiles, so an all-cached run spends no core on it."""
 
     def __init__(self, cache_dir: Path, toolchain: str, repo_root: Path, env: dict[str, str], log_path: Path,
                  timeout_s: float, cores: list[int] | None = None):
@@ -237,8 +212,8 @@ class HeaderBuild:
         self.seconds: float | None = None
         self.status = "not started"
         self._args = [sys.executable, "-m", "harness.worker.extcache", "--pch", str(cache_dir), toolchain]
-        self._env, self._log, self._timeout, self._cores = forkserver.worker_env(repo_root, env), log_path, timeout_s, cores
-        self._cache = Path(cache_dir)
+        self._env = forkserver.worker_env(repo_root, env)
+        self._log, self._timeout, self._cores, self._cache = log_path, timeout_s, cores, Path(cache_dir)
         self._proc: subprocess.Popen | None = None
         self._done = threading.Event()
 
@@ -246,19 +221,20 @@ class HeaderBuild:
         self.status = "building"
         t0 = time.monotonic()
         with open(self._log, "ab") as log:
-            self._proc = subprocess.Popen(self._args, env=self._env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=log, start_new_session=True)
+            self._proc = subprocess.Popen(self._args, env=self._env, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         if self._cores:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(self._proc.pid, self._cores)
 
         def finish() -> None:
             try:
-                out, _ = self._proc.communicate(timeout=self._timeout)
-                line = next((ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("PCH ")), "")
+                out = self._proc.communicate(timeout=self._timeout)[0].decode(errors="replace")
+                line = next((ln for ln in out.splitlines() if ln.startswith("PCH ")), "")
                 self.folder = line[4:].strip() or None
                 if self.status != "stopped":
-                    self.status = "ready" if self.folder else ("none" if self._proc.returncode == 0 else "failed")
+                    self.status = ("ready" if self.folder
+                                   else "none" if self._proc.returncode == 0 else "failed")
             except subprocess.TimeoutExpired:
                 self.stop()
                 self.status = "timeout"
