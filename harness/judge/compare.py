@@ -1,13 +1,13 @@
 """Compare a candidate's outputs with the reference's, in the judge: pure functions over CPU tensors.
 
-Same count, shape, dtype and device; NaN and Inf in the same places; finite values within
-atol + rtol * |ref| (exact when both are zero). Reports max abs and max rel error and the first
-mismatching index. Fingerprint comparisons for timed calls live here too.
+Same count, shape, dtype and device; NaN and Inf in the same places; finite values within atol + rtol * |ref|
+(exact when both are zero). The check of timed calls' fingerprints lives here too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -28,51 +28,43 @@ def tensor_from_bytes(data, meta: dict, prefix_ok: bool = False) -> torch.Tensor
     dtype = DTYPES.get(meta["dtype"])
     if dtype is None:
         raise ValueError(f"unsupported output dtype {meta['dtype']}")
-    raw = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    raw = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
     expected = meta["nbytes"]
     if prefix_ok and raw.size >= expected:
         raw = raw[:expected]
     shape = [int(d) for d in meta["shape"]]
-    if raw.size != expected or expected != int(np.prod(shape, dtype=np.int64)) * torch.tensor([], dtype=dtype).element_size():
+    if raw.size != expected or expected != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
         raise ValueError(f"output holds {raw.size} bytes, its shape and dtype need {expected}")
     t = torch.from_numpy(raw if raw.flags.writeable else raw.copy())
     return t.view(dtype).reshape(shape)
 
 
 def read_output_file(meta: dict) -> torch.Tensor:
-    """Map a candidate's output slot copy-on-write: no copy, and nothing written back. The slot is in a folder
-    the candidate's process can write (its own home under --isolate), so it is opened without following a
-    link and must be a regular file: the judge never reads another file on the candidate's behalf."""
+    """Map a candidate's output slot copy-on-write: no copy, and nothing written back. The slot's folder is
+    the candidate's to write (its home under --isolate), hence open_regular."""
     if meta["nbytes"] == 0:
         return tensor_from_bytes(b"", meta)
     with open_regular(meta["file"]) as f:
         return tensor_from_bytes(np.memmap(f, dtype=np.uint8, mode="c"), meta, prefix_ok=True)
 
 
-def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
-
-
 def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Comparison:
     if tuple(cand.shape) != tuple(ref.shape):
         return Comparison(False, "wrong_shape", f"shape {tuple(cand.shape)}, expected {tuple(ref.shape)}")
     if cand.dtype != ref.dtype:
-        return Comparison(False, "wrong_dtype", f"dtype {cand.dtype}, expected {ref.dtype}".replace("torch.", ""))
+        detail = f"dtype {cand.dtype}, expected {ref.dtype}".replace("torch.", "")
+        return Comparison(False, "wrong_dtype", detail)
     if ref.numel() == 0 or torch.equal(ref.reshape(-1).view(torch.uint8), cand.reshape(-1).view(torch.uint8)):
         return Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
     if ref.is_complex():
         ref, cand = torch.view_as_real(ref), torch.view_as_real(cand)
-    is_float = ref.is_floating_point()
-    work = torch.float64 if ref.dtype in (torch.float64,) else torch.float32
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
     rf, cf = ref.reshape(-1), cand.reshape(-1)
     max_abs = max_rel = 0.0
-    bad_total = 0
-    first = None
-    uninit = False
+    bad_total, first, uninit = 0, None, False
     for s in range(0, rf.numel(), CHUNK):
-        r = rf[s:s + CHUNK]
-        c = cf[s:s + CHUNK]
-        if is_float:
+        r, c = rf[s:s + CHUNK], cf[s:s + CHUNK]
+        if ref.is_floating_point():
             r, c = r.to(work), c.to(work)
             rn, cn = torch.isnan(r), torch.isnan(c)
             both_finite = torch.isfinite(r) & torch.isfinite(c)
@@ -80,24 +72,22 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
             allowed = tol.atol + tol.rtol * r.abs()
             bad = (rn != cn) | (~both_finite & ~rn & ~cn & (c != r)) | (both_finite & (diff > allowed))
             uninit = uninit or bool((cn & ~rn).any())
-            if both_finite.any():
-                max_abs = max(max_abs, float(diff.max()))
-                nz = both_finite & (r != 0)
-                if nz.any():
-                    max_rel = max(max_rel, float((diff[nz] / r[nz].abs()).max()))
-                if bool((both_finite & (r == 0) & (diff > 0)).any()):
-                    max_rel = math.inf
+            max_abs = max(max_abs, float(diff.max()))  # diff is 0 where either is not finite
+            nz = both_finite & (r != 0)
+            if nz.any():
+                max_rel = max(max_rel, float((diff[nz] / r[nz].abs()).max()))
+            if (both_finite & (r == 0) & (diff > 0)).any():
+                max_rel = math.inf
         else:
             bad = c != r
-            d = (c.to(torch.float64) - r.to(torch.float64)).abs()
-            max_abs = max(max_abs, float(d.max()))
+            max_abs = max(max_abs, float((c.to(torch.float64) - r.to(torch.float64)).abs().max()))
         n_bad = int(bad.sum())
         if n_bad and first is None:
             first = s + int(torch.nonzero(bad)[0, 0])
         bad_total += n_bad
     if not bad_total:
         return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel)
-    first_idx = _unravel(first, tuple(ref.shape))
+    first_idx = tuple(int(i) for i in np.unravel_index(first, tuple(ref.shape))) if ref.dim() else ()
     got, want = cf[first].item(), rf[first].item()
     kind = "uninitialized_output" if uninit else "mismatch"
     detail = (f"{bad_total} of {rf.numel()} elements differ; first at {list(first_idx)}: got {got!r}, "
@@ -112,16 +102,15 @@ def compare_outputs(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict,
     """Compare output lists; tol_for(dtype_name) gives the tolerance for each reference output."""
     if len(cand) != len(ref):
         return Comparison(False, "wrong_count", f"{len(cand)} outputs, expected {len(ref)}")
-    result = Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
+    max_abs = max_rel = 0.0
     for i, ((rm, rt), (cm, ct)) in enumerate(zip(ref, cand)):
         if cm["device"] != device:
             return Comparison(False, "wrong_device", f"output {i} on {cm['device']}, expected {device}")
         c = compare_tensor(rt, ct, tol_for(rm["dtype"]))
         if not c.ok:
-            return c if len(ref) == 1 else Comparison(**{**c.__dict__, "detail": f"output {i}: {c.detail}"})
-        result = Comparison(True, "ok", max_abs_err=max(result.max_abs_err, c.max_abs_err or 0.0),
-                            max_rel_err=max(result.max_rel_err, c.max_rel_err or 0.0))
-    return result
+            return c if len(ref) == 1 else replace(c, detail=f"output {i}: {c.detail}")
+        max_abs, max_rel = max(max_abs, c.max_abs_err or 0.0), max(max_rel, c.max_rel_err or 0.0)
+    return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel)
 
 
 def same_as(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.Tensor]], tol_for) -> bool:
@@ -132,8 +121,8 @@ def same_as(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.T
 
 
 def fingerprint_matches(ref_fp: list, cand_fp: list, tols: list[Tolerance]) -> bool:
-    """Check one call's fingerprints. ref_fp = [exact ints, projections or None, input fps]; see fingerprint.py
-    for why the projection gap allowed is 20 standard deviations of an honest output's error."""
+    """Check one call's fingerprints. ref_fp = [exact ints, projections or None, input fps]. The projection
+    gap allowed is 20 standard deviations of an honest output's error (worker/fingerprint.py says why)."""
     r_exact, r_proj, _ = ref_fp
     c_exact, c_proj, _ = cand_fp
     if len(r_exact) != len(c_exact):

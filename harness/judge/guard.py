@@ -1,15 +1,14 @@
 """Guard of the harness's tree and of the run's results folder against writes by candidates.
 
-The judge hashes its protected files at start and checks them after every build and every evaluation: a
-changed, added or deleted file is restored (or removed) and named, and the candidates whose code ran since the
-last clean check are the suspects (TamperWatch). The results folder may hold only the files the judge writes;
+The judge keeps a copy of its protected files at start and checks them after every build and evaluation:
+a changed, added or deleted file is restored (or removed) and named, the candidates whose code ran since the
+last clean check the suspects (TamperWatch). The results folder may hold only the files the judge writes;
 results.jsonl must read exactly as the judge wrote it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shutil
 import threading
 from pathlib import Path
@@ -22,21 +21,17 @@ KEPT_DIR = "times"
 RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summary.json"}
 
 
-def _hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 class TreeGuard:
-    def __init__(self, repo_root: Path, out_dir: Path, writer: RecordWriter, extra_roots: tuple[Path, ...] = ()):
+    def __init__(self, repo_root: Path, out_dir: Path, writer: RecordWriter,
+                 extra_roots: tuple[Path, ...] = ()):
         self.repo_root = repo_root
         self.out_dir = out_dir
         self.writer = writer
         self.roots = [repo_root / p for p in PROTECTED] + list(extra_roots)
         self.saved = {p: p.read_bytes() for p in self._files()}
-        self.hashes = {p: hashlib.sha256(b).hexdigest() for p, b in self.saved.items()}
         self.allowed_logs: set[str] = set()
         kept = out_dir / KEPT_DIR  # a resumed run's earlier files are the judge's too
-        self.kept: dict[str, bytes] = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} if kept.is_dir() else {}
+        self.kept = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} if kept.is_dir() else {}
         self._lock = threading.Lock()
 
     def _files(self) -> list[Path]:
@@ -52,7 +47,7 @@ class TreeGuard:
         self.allowed_logs.add(name)
 
     def keep(self, name: str, data: bytes) -> Path:
-        """Write a file of the judge's own under the run's `times` folder; it must read the same at every check."""
+        """A file of the judge's own, under the run's `times` folder: it must read the same at each check."""
         path = self.out_dir / KEPT_DIR / name
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,12 +60,12 @@ class TreeGuard:
         with self._lock:
             changed = []
             now = set(self._files())
-            for p, digest in self.hashes.items():
-                if p not in now or _hash(p) != digest:
+            for p, data in self.saved.items():
+                if p not in now or p.read_bytes() != data:
                     p.parent.mkdir(parents=True, exist_ok=True)
                     p.write_bytes(self.saved[p])
                     changed.append(self._rel(p))
-            for p in now - set(self.hashes):
+            for p in now - set(self.saved):
                 p.unlink(missing_ok=True)
                 changed.append(self._rel(p))
             if not self.writer.intact():
@@ -80,30 +75,26 @@ class TreeGuard:
             return changed
 
     def _foreign_results(self) -> list[str]:
-        found = []
+        """Move whatever the judge did not write there to the run's quarantine folder; name it."""
+        found: list[str] = []
         if not self.out_dir.is_dir():
             return found
-        quarantine = self.out_dir / "quarantine"
-        for p in self.out_dir.iterdir():
-            if p.name in RESULT_FILES or p.name in ("logs", "quarantine", KEPT_DIR):
-                continue
+        quarantine, logs, kept = (self.out_dir / d for d in ("quarantine", "logs", KEPT_DIR))
+
+        def move(p: Path, name: str) -> None:
             found.append(self._rel(p))
             quarantine.mkdir(exist_ok=True)
-            shutil.move(str(p), quarantine / p.name)
-        logs = self.out_dir / "logs"
-        if logs.is_dir():
-            for p in logs.iterdir():
-                if p.name not in self.allowed_logs:
-                    found.append(self._rel(p))
-                    quarantine.mkdir(exist_ok=True)
-                    shutil.move(str(p), quarantine / p.name)
-        kept = self.out_dir / KEPT_DIR
-        if kept.is_dir():
-            for p in kept.iterdir():
-                if self.kept.get(p.name) is None or not p.is_file() or p.read_bytes() != self.kept[p.name]:
-                    found.append(self._rel(p))
-                    quarantine.mkdir(exist_ok=True)
-                    shutil.move(str(p), quarantine / f"{KEPT_DIR}.{p.name}")
+            shutil.move(str(p), quarantine / name)
+
+        for p in self.out_dir.iterdir():
+            if p.name not in RESULT_FILES and p.name not in ("logs", "quarantine", KEPT_DIR):
+                move(p, p.name)
+        for p in logs.iterdir() if logs.is_dir() else ():
+            if p.name not in self.allowed_logs:
+                move(p, p.name)
+        for p in kept.iterdir() if kept.is_dir() else ():
+            if self.kept.get(p.name) is None or not p.is_file() or p.read_bytes() != self.kept[p.name]:
+                move(p, f"{KEPT_DIR}.{p.name}")
         for name, data in self.kept.items():
             if not (kept / name).is_file():
                 kept.mkdir(parents=True, exist_ok=True)
@@ -112,10 +103,8 @@ class TreeGuard:
 
     def _rel(self, p: Path) -> str:
         for base in (self.repo_root, self.out_dir.parent):
-            try:
+            if p.is_relative_to(base):
                 return str(p.relative_to(base))
-            except ValueError:
-                continue
         return str(p)
 
 
@@ -130,8 +119,7 @@ class Gate:
     @contextlib.contextmanager
     def shared(self):
         with self._cond:
-            while self._writer:
-                self._cond.wait()
+            self._cond.wait_for(lambda: not self._writer)
             self._readers += 1
         try:
             yield
@@ -143,11 +131,9 @@ class Gate:
     @contextlib.contextmanager
     def exclusive(self):
         with self._cond:
-            while self._writer:
-                self._cond.wait()
+            self._cond.wait_for(lambda: not self._writer)
             self._writer = True
-            while self._readers:
-                self._cond.wait()
+            self._cond.wait_for(lambda: not self._readers)
         try:
             yield
         finally:
@@ -158,9 +144,9 @@ class Gate:
 
 class TamperWatch:
     """Pins a change to the protected files on the candidate that made it. With builds running beside an
-    evaluation the writer is not known: every evaluation is held between commands (the gate), and each candidate
-    that was building is imported again alone, the other builds stopped; one that writes again is the culprit,
-    else the candidate under evaluation is."""
+    evaluation the writer is not known: every evaluation is held between commands (the gate), and each
+    candidate that was building is imported again alone, the other builds stopped; one that writes again is
+    the culprit, else the candidate under evaluation is."""
 
     def __init__(self, guard: TreeGuard):
         self.guard = guard

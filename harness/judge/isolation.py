@@ -1,12 +1,10 @@
 """Users of their own for the processes that run candidate code (`--isolate`).
 
-Build and evaluation workers import candidates, so whatever those processes may write, a candidate may
-write: without this, the shared build cache too, where a library planted under another candidate's
-extension key would be loaded when that one is evaluated. With it, each such worker runs as a fresh uid
-with no supplementary groups and a private home (its cwd, temp folder, compiler and torch caches, and the
-staging folder its misses build into); the cache, the harness tree, the run's files and every other
-worker's home are then read-only or closed to it. The judge (root) copies what a build staged into the
-cache itself. The reference worker runs no candidate code and stays the judge's user.
+A candidate may write wherever the worker that imports it may: without this, into the shared build cache
+too, where a library planted under another candidate's extension key would be loaded when that one is
+evaluated. With it, each build or evaluation worker runs as a fresh uid with no supplementary groups and a
+private home (cwd, temp folder, caches, the staging folder its builds go to); the judge (root) copies what
+a build staged into the cache. The reference worker runs no candidate code and stays the judge's user.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ class Identity:
 
     def env(self) -> dict[str, str]:
         """Everything a worker or its tools would otherwise write under the judge's home or a shared /tmp."""
-        h = str(self.home)
-        name = f"kbh{self.uid}"
+        h, name = str(self.home), f"kbh{self.uid}"
         return {"HOME": h, "TMPDIR": h, "USER": name, "LOGNAME": name, "XDG_CACHE_HOME": f"{h}/.cache",
                 "TRITON_CACHE_DIR": f"{h}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{h}/inductor",
                 "KBH_STAGING": str(self.staging)}
@@ -55,8 +52,7 @@ class Identity:
         os.chown(path, self.uid, self.uid)
 
     def end(self) -> None:
-        """Kill every process left under this uid (a daemon that left the worker's process group included),
-        then remove its home."""
+        """Kill every process left under this uid, a daemon out of the worker's group too; remove its home."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
                            user=self.uid, group=self.uid, extra_groups=[], stdin=subprocess.DEVNULL,
@@ -65,8 +61,8 @@ class Identity:
 
 
 def open_regular(path: str | Path):
-    """A regular file opened for reading without following a link: for files in a folder candidate code can write
-    (an output slot, a build's staging folder), so the judge never reads another file on its behalf."""
+    """A regular file opened for reading without following a link, for files in a folder candidate code can
+    write (an output slot, a staging folder): the judge never reads another file on a candidate's behalf."""
     f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
         f.close()
@@ -74,43 +70,35 @@ def open_regular(path: str | Path):
     return f
 
 
-def closed_folder(path: Path) -> Path | None:
-    """The first existing folder on the way to path that other users cannot cross (no o+x), if any."""
-    for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
-        if folder.is_dir() and not folder.stat().st_mode & 0o001:
-            return folder
-    return None
-
-
 def check_available(repo_root: Path, folders: dict[str, Path], device: str = "cpu") -> None:
     """Refuse --isolate, in one line, where it cannot work: the judge is not root, a folder the workers open
-    (the build cache, the output folder with their logs) or a GPU device node is closed to other users, or a
-    process under another user cannot start this Python, the harness or torch (an interpreter under a private
-    home, say)."""
+    (the build cache, the output folder) has a folder on its way others cannot cross (no o+x), a GPU device
+    node is closed to others, or another user cannot start this Python with the harness and torch."""
     if os.geteuid() != 0:
         raise UsageError("--isolate: the judge must run as root to start workers as other users")
     for what, path in folders.items():
-        closed = closed_folder(path)
-        if closed is not None:
-            raise UsageError(f"--isolate: {what} {path} is closed to the workers' users ({closed} has mode "
-                             f"{closed.stat().st_mode & 0o777:o}; they need o+x on the way)")
-    if device == "cuda":
-        for node in sorted(Path("/dev").glob("nvidia*")):
-            if node.is_char_device() and node.stat().st_mode & 0o006 != 0o006:
-                raise UsageError(f"--isolate: {node} is closed to other users (mode {node.stat().st_mode & 0o777:o}), "
-                                 "so their workers could not use the GPU")
+        for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
+            if folder.is_dir() and not folder.stat().st_mode & 0o001:
+                raise UsageError(f"--isolate: {what} {path} is closed to the workers' users ({folder} has "
+                                 f"mode {folder.stat().st_mode & 0o777:o}; they need o+x on the way)")
+    for node in sorted(Path("/dev").glob("nvidia*")) if device == "cuda" else ():
+        if node.is_char_device() and node.stat().st_mode & 0o006 != 0o006:
+            mode = node.stat().st_mode & 0o777
+            raise UsageError(f"--isolate: {node} is closed to other users (mode {mode:o}), "
+                             "so their workers could not use the GPU")
     uid = next(_uids)
-    probe = "import importlib.util, harness.isolation; assert importlib.util.find_spec('torch'), 'torch not found'"
+    probe = ("import importlib.util, harness.isolation; "
+             "assert importlib.util.find_spec('torch'), 'torch not found'")
     try:
         r = subprocess.run([sys.executable, "-c", probe], user=uid, group=uid, extra_groups=[], cwd="/",
-                           env=dict(os.environ, PYTHONPATH=str(repo_root), HOME="/"), stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=60)
+                           env=dict(os.environ, PYTHONPATH=str(repo_root), HOME="/"),
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
         problem = r.stderr.strip().splitlines()[-1] if r.returncode else ""
     except (OSError, subprocess.SubprocessError) as e:
         problem = f"{type(e).__name__}: {e}"
     if problem:
-        raise UsageError(f"--isolate: a process under another user cannot start {sys.executable} with the harness "
-                         f"and torch ({problem})")
+        raise UsageError(f"--isolate: a process under another user cannot start {sys.executable} with the "
+                         f"harness and torch ({problem})")
 
 
 def new_identity() -> Identity:

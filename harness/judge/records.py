@@ -1,14 +1,13 @@
-"""Records: one per solution x shape, the JSON line a user reads; written as each is decided.
-
-A record holds the verdict at its top level, and nested: `check` (errors against the reference), `timing` (the
-candidate's and the reference's figures), `floors` (what the cheapest call and a copy cost under the same
-conditions), `diagnostics` (the paired rounds the speedup was read from) and, with --profile, `profile` (where
-the evaluation's wall time went). Appended, flushed and fsynced, so an interrupted run keeps what it finished
-and `--resume` skips it.
+"""Records: one per solution x shape, the JSON line a user reads, written as each is decided: the verdict
+at the top level; nested, `check` (errors against the reference), `timing` (both sides' figures), `floors`
+(what the cheapest call and a copy cost under the same conditions), `diagnostics` (the paired rounds the
+speedup was read from) and, with --profile, `profile` (where the wall time went). Appended, flushed and
+fsynced, so an interrupted run keeps what it finished and `--resume` skips it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -85,7 +84,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict) -> Record:
-        nested = {"check": CheckFigures, "timing": TimingFigures, "floors": Floors, "diagnostics": Diagnostics}
+        nested = dict(check=CheckFigures, timing=TimingFigures, floors=Floors, diagnostics=Diagnostics)
         kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         for k, sub in nested.items():
             if isinstance(kw.get(k), dict):
@@ -114,11 +113,10 @@ class RecordWriter:
 
     def write(self, record: Record) -> None:
         line = json.dumps(record.to_json()) + "\n"
-        with self._lock:
-            with open(self.path, "a") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+        with self._lock, open(self.path, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
             self._text += line
             self.records.append(record)
 
@@ -138,14 +136,7 @@ class RecordWriter:
 
 def read_records(path: Path) -> list[Record]:
     out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
+    for line in path.read_text().splitlines() if path.exists() else ():
+        with contextlib.suppress(json.JSONDecodeError, TypeError):
             out.append(Record.from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError):
-            continue
     return out

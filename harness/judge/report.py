@@ -13,54 +13,38 @@ from ..stats import fast_p, geomean
 from .records import Record, TimingFigures
 
 FAST_P = (0.0, 0.5, 1.0, 1.5, 2.0)
+TIMING_COLUMNS = ("time_us", "runs", "iqr_us", "gpu_time_us", "ref_time_us", "ref_compile_time_us",
+                  "bandwidth_gbps", "bandwidth_frac", "copy_ratio")
 STATUS_STYLE = {"correct": "green", "incorrect": "red", "rejected": "bold red", "compile_error": "yellow",
                 "runtime_error": "yellow", "timeout": "magenta"}
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _x(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+def _fmt(x: float | None, spec: str, unit: str = "") -> str:
+    return "-" if x is None else format(x, spec) + unit
 
 
 def rows(records: list[Record]) -> list[dict]:
-    out = []
-    for r in records:
-        t = r.timing or TimingFigures()
-        out.append({
-            "solution": r.solution, "shape": r.shape, "status": r.status,
-            "speedup": r.speedup, "speedup_compile": r.speedup_compile,
-            "time_us": t.time_us, "runs": t.runs, "iqr_us": t.iqr_us, "gpu_time_us": t.gpu_time_us,
-            "ref_time_us": t.ref_time_us, "ref_compile_time_us": t.ref_compile_time_us,
-            "bandwidth_gbps": t.bandwidth_gbps, "bandwidth_frac": t.bandwidth_frac, "copy_ratio": t.copy_ratio,
-            "max_abs_err": r.check.max_abs_err, "flags": " ".join(r.flags), "message": r.message,
-        })
-    return out
+    return [{"solution": r.solution, "shape": r.shape, "status": r.status, "speedup": r.speedup,
+             "speedup_compile": r.speedup_compile,
+             **{k: getattr(r.timing or TimingFigures(), k) for k in TIMING_COLUMNS},
+             "max_abs_err": r.check.max_abs_err, "flags": " ".join(r.flags), "message": r.message}
+            for r in records]
 
 
 def summary(records: list[Record]) -> dict:
     """Geometric means per solution and fast_p over solutions and over records."""
-    by_sol: dict[str, list[Record]] = {}
-    for r in records:
-        by_sol.setdefault(r.solution, []).append(r)
     sols = {}
-    for name, rs in by_sol.items():
+    for name in dict.fromkeys(r.solution for r in records):
+        rs = [r for r in records if r.solution == name]
         ok = [r for r in rs if r.status == "correct"]
-        sols[name] = {
-            "shapes": len(rs), "correct": len(ok),
-            "geomean_speedup": geomean(r.speedup for r in ok),
-            "geomean_speedup_compile": geomean(r.speedup_compile for r in ok),
-            "all_correct": len(ok) == len(rs),
-        }
+        sols[name] = {"shapes": len(rs), "correct": len(ok),
+                      "geomean_speedup": geomean(r.speedup for r in ok),
+                      "geomean_speedup_compile": geomean(r.speedup_compile for r in ok),
+                      "all_correct": len(ok) == len(rs)}
     per_solution = [s["geomean_speedup"] if s["all_correct"] else None for s in sols.values()]
     per_record = [r.speedup if r.status == "correct" else None for r in records]
-    return {
-        "solutions": sols,
-        "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
-        "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P},
-    }
+    return {"solutions": sols, "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
+            "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P}}
 
 
 def caption(device: str, device_name: str, metric: str, quantile: float) -> str:
@@ -68,55 +52,57 @@ def caption(device: str, device_name: str, metric: str, quantile: float) -> str:
            else "monotonic host clock around each call, caches flushed before each")
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
             f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' {quantile:g} "
-            "quantile (timing.speedup_quantile) over the candidate's, every call of each side pooled over rounds timed in "
-            "turn, rounds in a slow host phase left out (timing.phase_slack; record 'rounds' has each round; flag "
-            "slow_host_phase: every round was slow); else reference median / candidate median; vs compile: "
-            "torch.compile reference. x copy: the candidate over a copy of the same bytes timed the same way "
-            "(floor_copy_us), by rounds too.")
+            "quantile (timing.speedup_quantile) over the candidate's, every call of each side pooled over "
+            "rounds timed in turn, rounds in a slow host phase left out (timing.phase_slack; record "
+            "'rounds' has each round; flag slow_host_phase: every round was slow); else reference median / "
+            "candidate median; vs compile: torch.compile reference. x copy: the candidate over a copy of the "
+            "same bytes timed the same way (floor_copy_us), by rounds too.")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:
     table = Table(title=title, caption=note, show_lines=False)
-    for col, just in (("solution", "left"), ("shape", "left"), ("status", "left"), ("speedup", "right"),
-                      ("vs compile", "right"), ("time_us", "right"), ("runs", "right"), ("max_abs_err", "right"),
-                      ("flags / message", "left")):
-        table.add_column(col, justify=just, overflow="fold")
+    for col in ("solution", "shape", "status", "speedup", "vs compile", "time_us", "runs", "max_abs_err",
+                "flags / message"):
+        left = col in ("solution", "shape", "status", "flags / message")
+        table.add_column(col, justify="left" if left else "right", overflow="fold")
     for d in rows(records):
-        style = STATUS_STYLE.get(d["status"], "")
         extra = d["flags"]
         if d["status"] != "correct" and d["message"]:
             extra = f"{extra} {d['message']}".strip()
-        table.add_row(d["solution"], d["shape"], f"[{style}]{d['status']}[/]", _x(d["speedup"]), _x(d["speedup_compile"]),
-                      _fmt(d["time_us"], ".1f"), str(d["runs"] or "-"), _fmt(d["max_abs_err"], ".3g"), extra[:300])
+        table.add_row(d["solution"], d["shape"], f"[{STATUS_STYLE.get(d['status'], '')}]{d['status']}[/]",
+                      _fmt(d["speedup"], ".2f", "x"), _fmt(d["speedup_compile"], ".2f", "x"),
+                      _fmt(d["time_us"], ".1f"), str(d["runs"] or "-"), _fmt(d["max_abs_err"], ".3g"),
+                      extra[:300])
     s = summary(records)
     for name, sol in s["solutions"].items():
-        gm = sol["geomean_speedup"]
         table.add_row(f"[bold]{name}[/]", "[bold]geomean[/]", f"{sol['correct']}/{sol['shapes']} correct",
-                      _x(gm), _x(sol["geomean_speedup_compile"]), "", "", "", "over correct shapes")
+                      _fmt(sol["geomean_speedup"], ".2f", "x"),
+                      _fmt(sol["geomean_speedup_compile"], ".2f", "x"), "", "", "", "over correct shapes")
     console.print(table)
     fp = "  ".join(f"fast_{p}={v:.2f}" for p, v in s["fast_p"].items())
     console.print(f"fast_p over solutions (all shapes correct, geomean speedup > p): {fp}")
 
 
 def write_files(records: list[Record], out_dir: Path, note: str) -> None:
-    data = rows(records)
+    data, s = rows(records), summary(records)
     df = pd.DataFrame(data, columns=list(data[0]) if data else ["solution", "shape", "status"])
     df.to_csv(out_dir / "summary.csv", index=False)
-    s = summary(records)
     (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
-    lines = [f"_{note}_", "",
-             "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | x copy | max_abs_err | flags |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [f"_{note}_", "", "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | "
+             "x copy | max_abs_err | flags |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for d in data:
-        lines.append(f"| {d['solution']} | {d['shape']} | {d['status']} | {_fmt(d['speedup'], '.2f')} | "
-                     f"{_fmt(d['speedup_compile'], '.2f')} | {_fmt(d['time_us'], '.1f')} | {d['runs'] or '-'} | "
-                     f"{_fmt(d['bandwidth_gbps'], '.3g')} | {_fmt(d['copy_ratio'], '.2f')} | "
-                     f"{_fmt(d['max_abs_err'], '.3g')} | {d['flags']} |")
-    lines += ["", "| solution | correct shapes | geomean speedup | geomean vs compile |", "|---|---:|---:|---:|"]
+        cells = [d["solution"], d["shape"], d["status"], _fmt(d["speedup"], ".2f"),
+                 _fmt(d["speedup_compile"], ".2f"), _fmt(d["time_us"], ".1f"), d["runs"] or "-",
+                 _fmt(d["bandwidth_gbps"], ".3g"), _fmt(d["copy_ratio"], ".2f"),
+                 _fmt(d["max_abs_err"], ".3g"), d["flags"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += ["", "| solution | correct shapes | geomean speedup | geomean vs compile |",
+              "|---|---:|---:|---:|"]
     for name, sol in s["solutions"].items():
         lines.append(f"| {name} | {sol['correct']}/{sol['shapes']} | {_fmt(sol['geomean_speedup'], '.2f')} | "
                      f"{_fmt(sol['geomean_speedup_compile'], '.2f')} |")
-    lines += ["", "fast_p over solutions: " + ", ".join(f"fast_{p} = {v:.2f}" for p, v in s["fast_p"].items())]
+    fp = ", ".join(f"fast_{p} = {v:.2f}" for p, v in s["fast_p"].items())
+    lines += ["", f"fast_p over solutions: {fp}"]
     failing = [d for d in data if d["status"] != "correct" and d["message"]]
     if failing:
         lines += ["", "Messages:", ""]

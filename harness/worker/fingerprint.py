@@ -1,13 +1,12 @@
 """Fingerprints of tensors: a few numbers that let the judge verify a call whose output it never saw.
 
-`exact` is a weighted sum of the tensor's bytes, taken as 32-bit words, in wrapping 64-bit integer
-arithmetic: any change of any byte changes it (odd weights), and it is the same in every process that
-computes it on the same bytes. `projection` is a float64 weighted sum P of the values, with the sums the
-judge needs to test it under a tolerance: an honest output within atol + rtol*|ref| of the reference,
-with errors that do not follow the hashed weights, moves P by about sqrt(sum w^2 (atol + rtol|ref|)^2)
-(S2 below), so a gap of 20 such standard deviations is never an honest kernel, while a stale or wrong
-output moves P by about sqrt(sum w^2 ref^2), far more. Weights are hashed from the element index.
-Both are computed in bounded-size chunks, stream-ordered after the call, with no host sync.
+`exact`: the bytes as 32-bit words, summed with odd weights hashed from their index in wrapping int64
+arithmetic: any change of any byte changes it, and every process gets the same from the same bytes.
+`projection`: a float64 weighted sum P of the values, with the sums that test it under a tolerance. An
+honest output within atol + rtol*|ref|, its errors not following the weights, moves P by about
+sqrt(S2) = sqrt(sum w^2 (atol + rtol|ref|)^2), so a gap of 20 of those is never an honest kernel, while a
+stale or wrong output moves P by about sqrt(sum w^2 ref^2), far more. Both run in bounded chunks,
+stream-ordered after the call, with no host sync.
 """
 
 from __future__ import annotations
@@ -33,6 +32,10 @@ def _odd_weights(n: int, a: int, b: int, device) -> torch.Tensor:
     return (x ^ _lsr(x, 31)) | 1
 
 
+def _to_unit(w: torch.Tensor) -> torch.Tensor:
+    return (w >> 11).to(torch.float64) / float(2**52)
+
+
 class Fingerprinter:
     def __init__(self, seed: int, device: str):
         g = torch.Generator().manual_seed(seed)
@@ -40,26 +43,21 @@ class Fingerprinter:
         self.device = device
         self.v = _odd_weights(K, self.c, self.d, device)
         self.v_tail = _odd_weights(4 * K, self.d, self.c, device)
-        self.vf = self._to_unit(self.v)
+        self.vf = _to_unit(self.v)
         self._rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._layouts: dict[tuple[int, ...], torch.Tensor] = {}
-
-    @staticmethod
-    def _to_unit(w: torch.Tensor) -> torch.Tensor:
-        return (w >> 11).to(torch.float64) / float(2**52)
 
     def _row_weights(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         if rows not in self._rows:
             if len(self._rows) > 64:
                 self._rows.clear()
             u = _odd_weights(rows, self.a, self.b, self.device)
-            self._rows[rows] = (u, self._to_unit(u))
+            self._rows[rows] = (u, _to_unit(u))
         return self._rows[rows]
 
     def exact(self, t: torch.Tensor) -> torch.Tensor:
         """0-d int64 tensor on the tensor's device."""
-        t = t.detach()
-        flat = t.contiguous().reshape(-1)
+        flat = t.detach().contiguous().reshape(-1)
         if (flat.storage_offset() * flat.element_size()) % 4:
             flat = flat.clone()
         b = flat.view(torch.uint8)
@@ -77,17 +75,17 @@ class Fingerprinter:
         return acc + b.numel()
 
     def exact_many(self, ts: list[torch.Tensor]) -> torch.Tensor:
-        """exact() of each tensor, as one int64 tensor on their device, equal element for element. Tensors up
-        to BATCH_BYTES are hashed together in a fixed number of kernels: a timed call's inputs and outputs
+        """exact() of each tensor, as one int64 tensor on their device, equal element for element. Tensors
+        up to BATCH_BYTES are hashed together in a fixed number of kernels: a timed call's inputs and outputs
         took 0.45-1.2 ms per call one by one on the H200 (bench/feed_cost.py), more than the call itself."""
         if not ts:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         big = {k: self.exact(t) for k, t in enumerate(ts) if t.numel() * t.element_size() > BATCH_BYTES}
-        small = [t.detach().contiguous().reshape(-1).view(torch.uint8) for k, t in enumerate(ts) if k not in big]
-        acc = self._exact_small(small) if small else None
+        small = [t.detach().contiguous().reshape(-1).view(torch.uint8)
+                 for k, t in enumerate(ts) if k not in big]
         if not big:
-            return acc
-        it = iter(acc) if acc is not None else iter(())
+            return self._exact_small(small)
+        it = iter(self._exact_small(small) if small else ())
         return torch.stack([big[k] if k in big else next(it) for k in range(len(ts))])
 
     def _exact_small(self, bs: list[torch.Tensor]) -> torch.Tensor:
@@ -98,18 +96,18 @@ class Fingerprinter:
         idx = self._layouts.get(sizes)
         if idx is None:
             seg = torch.arange(len(bs))
-            idx = torch.cat([torch.arange(r) for r in rows] + [torch.arange(n) for n in tails]
-                            + [seg.repeat_interleave(torch.tensor(rows)), seg.repeat_interleave(torch.tensor(tails)),
-                               torch.tensor(sizes)]).to(self.device)
+            parts = [torch.arange(r) for r in rows] + [torch.arange(n) for n in tails]
+            parts += [seg.repeat_interleave(torch.tensor(rows)), seg.repeat_interleave(torch.tensor(tails))]
+            idx = torch.cat(parts + [torch.tensor(sizes)]).to(self.device)
             if len(self._layouts) > 64:
                 self._layouts.clear()
             self._layouts[sizes] = idx
         acc = idx[2 * (n_rows + n_tail):].clone()
         if n_rows:
-            words = torch.cat([b[:r * 4 * K] for b, r in zip(bs, rows)]).view(torch.int32).view(-1, K).to(torch.int64)
+            words = torch.cat([b[:r * 4 * K] for b, r in zip(bs, rows)]).view(torch.int32).view(-1, K)
             u, _ = self._row_weights(max(rows))
             acc.index_add_(0, idx[n_rows + n_tail:2 * n_rows + n_tail],
-                           (words * self.v).sum(1) * u.index_select(0, idx[:n_rows]))
+                           (words.to(torch.int64) * self.v).sum(1) * u.index_select(0, idx[:n_rows]))
         if n_tail:
             tail = torch.cat([b[r * 4 * K:] for b, r in zip(bs, rows)]).to(torch.int64)
             acc.index_add_(0, idx[2 * n_rows + n_tail:2 * (n_rows + n_tail)],
@@ -122,8 +120,7 @@ class Fingerprinter:
         if t.is_complex():
             t = torch.view_as_real(t)
         flat = t.reshape(-1)
-        n = flat.numel()
-        main = n // K * K
+        main = flat.numel() // K * K
         acc = torch.zeros(4, dtype=torch.float64, device=t.device)
 
         def add(x: torch.Tensor, ur: torch.Tensor | None, vf: torch.Tensor) -> None:
@@ -145,6 +142,6 @@ class Fingerprinter:
             _, uf = self._row_weights(m.shape[0])
             for r0 in range(0, m.shape[0], CHUNK_ROWS):
                 add(m[r0:r0 + CHUNK_ROWS], uf[r0:r0 + CHUNK_ROWS], self.vf)
-        if main < n:
-            add(flat[main:], None, self.vf[: n - main])
+        if main < flat.numel():
+            add(flat[main:], None, self.vf[: flat.numel() - main])
         return acc
