@@ -1,14 +1,12 @@
-"""Entry point of a build: import one candidate with the build cache installed, so load_inline compiles it.
-
-Runs as `python -m harness.worker.build_main CANDIDATE RESULT CACHE` (or forked by the fork server) with no GPU
-visible; the judge enforces the time limit, reads RESULT and keeps the compiler's output in the build log.
-"""
+"""A build: `python -m harness.worker.build_main CANDIDATE RESULT CACHE` (or a fork) imports the candidate
+with the build cache installed and no GPU visible; the judge enforces the time limit and reads RESULT."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import sys
 import time
@@ -34,8 +32,6 @@ def import_candidate(path: str):
 def import_on_this_gpu(path: str, cache_dir) -> object:
     """Import a candidate into this GPU process with the keys a lane's worker uses (this device's arch, this
     toolchain) and the build cache installed: for tests and benches that call a kernel directly."""
-    import os
-
     import torch
 
     from ..cachekeys import toolchain_id
@@ -50,10 +46,9 @@ def import_on_this_gpu(path: str, cache_dir) -> object:
 
 def first_error_lines(text: str, limit: int = 6) -> str:
     """The compiler's first error lines, with build folders cut from paths."""
-    lines = [ln.strip() for ln in text.splitlines() if ERROR_LINE.search(ln) and "Error building extension" not in ln]
-    lines = [re.sub(r"\S*/(\w+\.(cu|cpp|h|cuh|so))", r"\1", ln) for ln in lines]
-    if not lines:
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()][:limit]
+    lines = [re.sub(r"\S*/(\w+\.(cu|cpp|h|cuh|so))", r"\1", ln.strip()) for ln in text.splitlines()
+             if ERROR_LINE.search(ln) and "Error building extension" not in ln]
+    lines = lines or [ln.strip() for ln in text.splitlines() if ln.strip()]
     return " | ".join(lines[:limit])
 
 

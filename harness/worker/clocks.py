@@ -1,9 +1,5 @@
-"""Clocks inside a worker: flush, clock, warm-up by time, repeat until the error is small.
-
-Every primitive the clocks use is bound when this module is imported, before any candidate code runs, so a
-candidate that patches `time.perf_counter` or `torch.cuda.Event` later changes nothing here (the worker reports
-the patch). What the clocks report is evidence for the judge, which checks it against its own clock.
-"""
+"""Clocks inside a worker: flush, clock, warm up by time, repeat until the error is small. Primitives are
+bound at import: a candidate patching `time` or `torch.cuda.Event` later changes nothing here."""
 
 from __future__ import annotations
 
@@ -53,9 +49,8 @@ def find_cudart() -> ctypes.CDLL | None:
 
 
 def prefer_spin_wait() -> str:
-    """Ask for spin-waiting host syncs before the CUDA context exists. On a worker pinned to one core the
-    driver's default wait cost a pack-tokens call with a host sync inside 23-27 us more on the H200. Every
-    worker, reference or candidate, asks the same."""
+    """Spin-waiting host syncs, asked by every worker before its CUDA context exists: pinned to one core, the
+    driver's default wait cost a pack-tokens call with a host sync inside 23-27 us more on the H200."""
     cudart = find_cudart()
     if cudart is None:
         return "unavailable"
@@ -137,14 +132,8 @@ class CpuClock:
 
 def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
              on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
-    """Warm up for warmup_ms (at least two calls), then sample until the relative standard error of the
-    figure read from the samples (their `quantile`, stats.quantile_rse) is under target (after min_runs),
-    the budget is spent, or max_runs is reached. The error of the figure read, not of the mean: one slow call
-    in a few keeps a mean's error high, while a mean's rule stops at a few calls, too few for a low quantile.
-    step(i) gives call i and whether it may be sampled (a call right after a batch of fresh inputs was
-    drawn is made, verified and not sampled). Returns the samples and the number of calls not sampled;
-    on_call sees every call.
-    """
+    """Warm up, then sample until the error of the figure read (the samples' `quantile`, not the mean: its
+    rule stops too early for a low quantile) is under target, or the budget or max_runs is spent."""
     start = _monotonic()
     measure_start = None
     samples: list[Sample] = []
@@ -163,13 +152,10 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
             sample.call = i
             samples.append(sample)
             _insort(seen, sample.device_us)
-            n = len(samples)
-            elapsed = now - measure_start
-            if n >= s.max_runs:
+            n, elapsed = len(samples), now - measure_start
+            if n >= s.max_runs or (n >= 3 and elapsed >= 4 * s.budget_s):
                 break
             if n >= s.min_runs and (elapsed >= s.budget_s or quantile_rse(seen, s.quantile) <= s.target_rse):
-                break
-            if n >= 3 and elapsed >= 4 * s.budget_s:
                 break
         if measure_start is not None and now - measure_start >= 8 * s.budget_s:
             break

@@ -1,10 +1,5 @@
-"""The worker: runs the reference or one candidate on one device, on the judge's commands.
-
-Everything it sends is evidence for the judge; no verdict is decided here. Messages are JSON over a private
-socket; the reference's outputs follow as raw byte frames, a candidate's are written to files the judge names.
-Nothing that comes out of a candidate's process is ever unpickled. The harness modules and every primitive they
-use are bound before the candidate is imported; the worker reports any later change to them.
-"""
+"""The worker: runs the reference or one candidate on the judge's commands and sends evidence, never a verdict
+(JSON, raw output frames or files; nothing from a candidate is unpickled, later patches are reported)."""
 
 from __future__ import annotations
 
@@ -18,7 +13,6 @@ import traceback
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -47,30 +41,18 @@ _det_enabled = torch.are_deterministic_algorithms_enabled
 _gc_collect = __import__("gc").collect
 
 
-def _llc_bytes() -> int:
-    try:
-        text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
-        return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
-    except (OSError, ValueError):
-        return 32 * 2**20
-
-
 class Worker(TimedCommands):
     def __init__(self, conn: Connection | None):
         self.conn = conn
-        self.role = "reference"
-        self.device = "cpu"
+        self.role, self.device = "reference", "cpu"
         self.watch: RuntimeWatch | None = None
         self.poisoned = False
-        self.cls: Any = None
-        self.model: Any = None
-        self.compiled: Any = None
+        self.cls = self.model = self.compiled = None
         self.params: dict = {}
         self.py_threads: set[int] = set()
         self.slots = OutputSlots()
         self.returned: list = []
 
-    # -- transport ---------------------------------------------------------------------------
     def send(self, obj: dict) -> None:
         self.conn.send_bytes(json.dumps(obj).encode())
 
@@ -97,10 +79,10 @@ class Worker(TimedCommands):
                 reply = {"ok": False, "harness_error": True, "message": str(e)}
             except BaseException as e:
                 traceback.print_exc()
-                text = f"{type(e).__name__}: {e}"
-                reply = {"ok": False, "error": type(e).__name__, "message": text[:4000],
-                         "cuda_error": "CUDA" in text or "cuda" in type(e).__name__.lower()
-                         or "AcceleratorError" in type(e).__name__}
+                name = type(e).__name__
+                text = f"{name}: {e}"
+                reply = {"ok": False, "error": name, "message": text[:4000],
+                         "cuda_error": "CUDA" in text or "cuda" in name.lower() or "AcceleratorError" in name}
                 frames = []
             if self.watch is not None:
                 reply["patched"] = self.watch.changed()
@@ -111,15 +93,13 @@ class Worker(TimedCommands):
             for f in frames:
                 self.conn.send_bytes(f)
 
-    # -- set-up ------------------------------------------------------------------------------
     def sync(self) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
     def _pin(self, cores: list[int] | None) -> None:
-        """Pinned lanes get one thread per core. Unpinned CPU workers run one thread: they share the host's cores
-        with builds and spare workers, and a call's parallel threads waiting at a barrier for a preempted sibling
-        measured 16 ms instead of 0.45 ms on the CPU machine."""
+        """Unpinned CPU workers run one thread: they share the host's cores with builds and spares, and a
+        call's threads waiting at a barrier for a preempted sibling measured 16 ms instead of 0.45 ms."""
         if cores:
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
@@ -127,22 +107,20 @@ class Worker(TimedCommands):
             torch.set_num_threads(1)
 
     def _poison_free_memory(self, nbytes: int, holders: int = 1) -> None:
-        """Fill a large block with 0xFF and release it to the caching allocator: later allocations carved from it
-        read as NaN (floats) or -1 (ints) until written."""
+        """A 0xFF block released to the caching allocator: allocations carved from it read NaN or -1."""
         if nbytes and self.device == "cuda" and not self.poisoned:
             self.poisoned = True
             free, _ = torch.cuda.mem_get_info()
-            block = torch.empty(poison_size(free, nbytes, holders), dtype=torch.uint8, device="cuda").fill_(255)
+            block = torch.empty(poison_size(free, nbytes, holders), dtype=torch.uint8,
+                                device="cuda").fill_(255)
             del block
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
                  cores: list[int] | None = None, device_now: bool = True, env: dict | None = None,
                  cwd: str | None = None) -> dict:
-        """Everything that needs no device; the device itself too when device_now. A spare candidate worker starts
-        without it and gets it from `device`, sent in the device's turn: a CUDA context created while another
-        candidate is being timed on the same GPU would share the GPU with it. env (the lane's
-        CUDA_VISIBLE_DEVICES, cache folders) is applied before anything reads it."""
+        """A spare starts its device later (`device`, in its turn): a CUDA context made while another
+        candidate is timed would share its GPU. env is applied before anything reads it."""
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
@@ -156,7 +134,8 @@ class Worker(TimedCommands):
         if role == "candidate":
             extcache.install(cache_dir)
         importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
-        info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": sys.version.split()[0]}
+        info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+                      "python": sys.version.split()[0]}
         if device_now:
             info.update(self._init_device())
         settle_gc()
@@ -171,11 +150,15 @@ class Worker(TimedCommands):
             props = torch.cuda.get_device_properties(0)
             l2 = int(getattr(props, "L2_cache_size", 0) or 0)
             flush = max(2 * l2, 256 * 2**20)
-            info.update(gpu=props.name, capability=f"{props.major}.{props.minor}", sms=props.multi_processor_count,
-                        l2_bytes=l2, memory_bytes=props.total_memory)
+            info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
+                        sms=props.multi_processor_count, l2_bytes=l2, memory_bytes=props.total_memory)
             self.clock = clocks.CudaClock("cuda", flush)
         else:
-            llc = _llc_bytes()
+            try:
+                text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+                llc = int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+            except (OSError, ValueError):
+                llc = 32 * 2**20
             flush = max(2 * llc, 64 * 2**20)
             info.update(cpu_cache_bytes=llc)
             self.clock = clocks.CpuClock(flush)
@@ -187,15 +170,12 @@ class Worker(TimedCommands):
         self.watch = RuntimeWatch()
         return info
 
-    def _ensure_device(self) -> None:
+    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1,
+                   warm_params: dict | None = None) -> dict:
+        """A spare's device, before any candidate is in it. With warm_params (a shape's), one input set is
+        drawn, fingerprinted, flushed and poisoned: CUDA loads those kernels at their first launch, here."""
         if self.watch is None:
             self._init_device()
-
-    def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1, warm_params: dict | None = None) -> dict:
-        """Start the device in a spare, before any candidate is in it, and poison its free memory. With warm_params
-        (a shape's), one input set is drawn, fingerprinted, flushed and poisoned, then dropped: the kernels a
-        record's first check and timed calls use are loaded here (CUDA loads a kernel at its first launch)."""
-        self._ensure_device()
         self._poison_free_memory(poison_bytes, holders)
         if warm_params is not None:
             try:
@@ -204,7 +184,6 @@ class Worker(TimedCommands):
                 self.clock.flush()
                 poison([x for x in inputs if isinstance(x, torch.Tensor)])
                 self.sync()
-                del inputs
             except HarnessError as e:  # a shape whose draw fails is the reference's error to report
                 return {"warm_error": str(e)[:300]}
         return {}
@@ -220,12 +199,13 @@ class Worker(TimedCommands):
 
     def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0,
                  cache_dir: str | None = None) -> dict:
-        """Move to the lane's timing core (spares start elsewhere), start the device, poison free memory, then
-        import the candidate (from cache_dir, its own folder of the build cache, under --isolate)."""
+        """Pin to the lane's timing core (spares start elsewhere), then import the candidate (from cache_dir,
+        its own build cache folder, under --isolate)."""
         if cache_dir:
             extcache.set_root(cache_dir)
         self._pin(cores)
-        self._ensure_device()
+        if self.watch is None:
+            self._init_device()
         self._poison_free_memory(poison_bytes)
         module = import_candidate(path)
         settle_gc()
@@ -259,24 +239,23 @@ class Worker(TimedCommands):
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
     def check_repeatable(self, seed: int, fps: list[int]) -> None:
-        """The judge and the candidate's worker draw each seed apart, so a draw must repeat bit for bit. The
-        reference draws each check seed again with torch's fill of new tensors on: a draw that returns memory it
-        never wrote, or runs an op that differs run to run, gives other bytes, and fails here with one line
-        before any candidate is judged on it."""
-        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device, fill_uninitialized=True))
+        """Judge and worker draw each seed apart: a redraw with new tensors filled catches a draw that returns
+        memory it never wrote or runs an op that differs run to run, before any candidate is judged on it."""
+        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
+                                                    fill_uninitialized=True))
         if again != fps:
             i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
-            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes in "
-                               f"input tensor {i} (it returns memory it never wrote, or an op differs run to run; "
-                               "README, Writing a problem)")
+            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
+                               f"in input tensor {i} (it returns memory it never wrote, or an op differs run "
+                               "to run; README, Writing a problem)")
 
     def tensor_fps(self, xs: list) -> list[int]:
         return self.fp.exact_many([x for x in xs if isinstance(x, torch.Tensor)]).tolist()
 
     def extra_threads(self) -> list[str]:
-        return sorted(t.name for t in threading.enumerate() if t.ident not in self.py_threads and t.is_alive())
+        return sorted(t.name for t in threading.enumerate()
+                      if t.ident not in self.py_threads and t.is_alive())
 
-    # -- correctness -------------------------------------------------------------------------
     def cmd_check(self, frames, seed: int, out_prefix: str | None = None) -> dict:
         inputs = self.inputs(seed)
         if self.role == "reference":
@@ -298,16 +277,15 @@ class Worker(TimedCommands):
         py_threads = self.extra_threads()
         outs = plain_outputs(out)
         del out
-        reused = any(storage_span(o)[0] in self.live_outputs() for o in outs if o.numel())
+        self.returned = [r for r in self.returned if r() is not None]  # earlier outputs still held
+        live = {storage_span(r())[0] for r in self.returned if r().numel()}
+        reused = any(storage_span(o)[0] in live for o in outs if o.numel())  # returned again: a replay
         fp_now = self.tensor_fps(outs)
         self.sync()
         fp_later = self.tensor_fps(outs)
-        metas = []
-        for i, o in enumerate(outs):
-            meta = tensor_meta(o)
-            meta["file"] = f"{out_prefix}.{i}.bin"
+        metas = [{**tensor_meta(o), "file": f"{out_prefix}.{i}.bin"} for i, o in enumerate(outs)]
+        for o, meta in zip(outs, metas):
             self.slots.write(o, meta["file"])
-            metas.append(meta)
         alias = aliases(outs, inputs)
         poison(outs)
         self.sync()
@@ -316,28 +294,23 @@ class Worker(TimedCommands):
                 "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
                 "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
 
-    def live_outputs(self) -> set[int]:
-        """Storages of earlier outputs the candidate still holds: returning one again is replaying it."""
-        self.returned = [r for r in self.returned if r() is not None]
-        return {storage_span(r())[0] for r in self.returned if r().numel()}
-
     def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,
                          tolerances: dict | None = None) -> dict:
-        """Reference fingerprints of the inputs and outputs for these seeds (reference role only)."""
+        """Reference fingerprints of the inputs and outputs for these seeds."""
         if self.role != "reference":
             raise HarnessError("fingerprints come from the reference worker only")
-        tolerances = tolerances or {}
+        tol = tolerances or {}
+
+        def project(o: torch.Tensor) -> list:
+            atol, rtol = tol.get(str(o.dtype).replace("torch.", ""), tol.get("default", (0, 0)))
+            return self.fp.projection(o, atol, rtol).tolist()
+
         result = []
         for seed in seeds:
             inputs = self.inputs(seed)
             ins = self.tensor_fps(inputs)
             outs = plain_outputs(self.model(*inputs))
-            projs = None
-            if projection:
-                projs = []
-                for o in outs:
-                    atol, rtol = tolerances.get(str(o.dtype).replace("torch.", ""), tolerances.get("default", (0, 0)))
-                    projs.append(self.fp.projection(o, atol, rtol).tolist())
+            projs = [project(o) for o in outs] if projection else None
             result.append([self.tensor_fps(outs), projs, ins])
         return {"fingerprints": result}
 

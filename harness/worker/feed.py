@@ -1,4 +1,4 @@
-"""Fresh inputs for every timed call, drawn in batches ahead of the calls, and the calls verified after the fact."""
+"""Fresh inputs for every timed call, drawn in batches ahead of the calls, verified after the fact."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ STOCK_BYTES = {"cuda": 8 * 2**30, "cpu": 1 * 2**30}
 
 
 def stock_sets(device: str, per_set: int) -> int:
-    """How many input sets (with their outputs) to draw at once: up to STOCK_SETS, within STOCK_BYTES and a
-    quarter of the device's free memory."""
+    """Input sets drawn at once: up to STOCK_SETS, within STOCK_BYTES and a quarter of the free memory."""
     budget = STOCK_BYTES.get(device, STOCK_BYTES["cpu"])
     if device == "cuda":
         budget = min(budget, torch.cuda.mem_get_info()[0] // 4)
@@ -24,41 +23,24 @@ def stock_sets(device: str, per_set: int) -> int:
 
 
 def poison_size(free: int, nbytes: int, holders: int = 1) -> int:
-    """A poisoned block's size: nbytes, and at most a quarter of the free memory shared among the `holders` that
-    may keep one at once (a lane's idle spares each keep theirs in their caching allocator), so on a small GPU
-    the worker being evaluated still finds most of the memory free."""
+    """Within a quarter of the free memory shared by the `holders` (a lane's idle spares each keep a block
+    cached), so on a small GPU the worker being evaluated still finds most of the memory free."""
     return max(0, min(nbytes, free // (4 * max(1, holders))))
 
 
 class TimedFeed:
-    """Inputs and verification for a timing loop. Call i runs on seed derive(base_seed, i)'s inputs, each set
-    used by one call only. Sets are drawn up to STOCK_SETS at a time ahead of the calls that use them, and (when
-    verifying) every call's outputs are held until its batch ends; then each call of the batch is fingerprinted
-    (outputs, and inputs to catch mutation), its outputs and inputs are poisoned, and all are released. So
-    between two calls of a batch the host only flushes and syncs: a call right after host work measured up to
-    ~100 us slower on the H200. The call right after a draw is made and verified, not sampled. Work a call
-    leaves running on another stream is still caught when it returns: the host's full sync waits for it, past
-    the last event (`work_outside_timing`).
-
-    A candidate that returns the same storage from call to call (a reused output buffer) has overwritten the
-    held outputs of its earlier calls: those calls are reported as OVERWRITTEN (the judge does not sample them)
-    and every later call is fingerprinted, then poisoned, right after it returns.
-
-    With draw False (the floors' stand-ins, which ignore their inputs) every call gets no inputs, and the batches
-    keep their size and their settling: the calls sampled are made exactly as with draws."""
+    """Call i runs once on seed derive(base_seed, i)'s inputs. Outputs are held and verified (with the inputs)
+    at a batch's end, so between calls the host only flushes and syncs: a call right after host work measured
+    up to ~100 us slower on the H200. Once an output reuses a held storage, calls settle as they return."""
 
     def __init__(self, worker: Any, base_seed: int, projection: bool | None, draw: bool = True):
-        self.w = worker
-        self.base = base_seed
-        self.verify = projection is not None
-        self.projection = bool(projection)
-        self.draw = draw
+        self.w, self.base, self.draw = worker, base_seed, draw
+        self.verify, self.projection = projection is not None, bool(projection)
         self.sets: dict[int, list] = {0: worker.inputs(derive(base_seed, 0)) if draw else []}
         self.in_bytes = tensor_bytes(self.sets[0])
-        self.pending: list[tuple[int, list, list[torch.Tensor], set[int]]] = []  # call, inputs, outputs, storages
+        self.pending: list[tuple[int, list, list, set[int]]] = []  # call, inputs, outputs, storages
         self.calls: dict[int, tuple | str] = {}
-        self.k = 0
-        self.out_bytes = 0
+        self.k = self.out_bytes = 0
         self.immediate = False
 
     def take(self, i: int) -> tuple[list, bool]:
@@ -67,7 +49,8 @@ class TimedFeed:
         if fresh:
             self.settle()
             self.k = self.k or stock_sets(self.w.device, self.in_bytes + self.out_bytes)
-            self.sets = {j: self.w.inputs(derive(self.base, j)) if self.draw else [] for j in range(i, i + self.k)}
+            self.sets = {j: self.w.inputs(derive(self.base, j)) if self.draw else []
+                         for j in range(i, i + self.k)}
         return self.sets.pop(i), i > 0 and (self.k == 1 or not fresh)
 
     def hold(self, i: int, args: list, out: Any) -> None:
@@ -86,8 +69,7 @@ class TimedFeed:
             self.settle()
 
     def settle(self) -> None:
-        """Fingerprint every held call of the batch (all its tensors in one exact_many, read back at once), then
-        poison and release them."""
+        """Fingerprint every held call (one exact_many, read back at once), then poison and release them."""
         if not self.pending:
             return
         fp = self.w.fp

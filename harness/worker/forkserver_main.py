@@ -1,29 +1,25 @@
-"""Entry point of the fork server: `python -m harness.worker.forkserver_main FD`, started by the judge.
-
-It imports torch, dynamo and the worker's modules once; every evaluation worker and build is then a fork of it,
-started in milliseconds (a fresh worker's imports took 9.6-11 s of a core under a batch's load on the H200
-host). It runs no candidate code and refuses to fork once the CUDA driver has started in it (a fork could not use
-the GPU). Each child leaves the server's session, closes the server's socket before running anything else, and
-is reaped only when the judge asks. The judge's side is harness.judge.forkserver.
-"""
+"""The fork server: imports torch and the worker once, then forks each worker and build in milliseconds (a
+fresh worker's imports took 9.6-11 s of a core under load on the H200 host). No candidate code runs here."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
+import importlib
 import json
 import os
 import socket
 import sys
 import time
+import traceback
 
 CUDA_ERROR_NOT_INITIALIZED = 3
 
 
 def cuda_loaded() -> bool:
-    """Whether the CUDA driver has started in this process. Mapped but not started (cuInit never called) is safe;
-    asking the driver for its device count does not start it."""
-    import ctypes
-
+    """Whether the CUDA driver has started here (a fork could not use the GPU); asking its device count does
+    not start it."""
     try:
         with open("/proc/self/maps") as f:
             paths = sorted({line.split()[-1] for line in f if "libcuda.so" in line})
@@ -40,7 +36,7 @@ def cuda_loaded() -> bool:
 
 
 def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
-    """Become the worker (or the build): own session, the log as stdout and stderr, its cwd and environment."""
+    """Become the worker or build: own session, closed server socket, log as stdout and stderr, cwd, env."""
     code = 1
     try:
         ctrl.close()
@@ -65,8 +61,6 @@ def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
             main(fds[1])
             code = 0
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         with contextlib.suppress(BaseException):
@@ -76,16 +70,14 @@ def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
 
 
 def serve(fd: int) -> None:
-    import gc
-    import importlib
-
     ctrl = socket.socket(fileno=fd)
     t0 = time.monotonic()
     importlib.import_module("harness.worker.commands")
     importlib.import_module("torch._dynamo")
     gc.collect()
     gc.freeze()
-    ctrl.send(json.dumps({"ready": True, "import_s": round(time.monotonic() - t0, 3), "cuda_loaded": cuda_loaded(),
+    ctrl.send(json.dumps({"ready": True, "import_s": round(time.monotonic() - t0, 3),
+                          "cuda_loaded": cuda_loaded(),
                           "threads": len(os.listdir("/proc/self/task"))}).encode())
     while True:
         try:

@@ -1,5 +1,4 @@
-"""A candidate's outputs in its worker: what counts as a plain tensor, how outputs reach the judge (files it
-maps), and the poison that keeps a stale answer from passing a later call."""
+"""A candidate's outputs in its worker: plain tensors only, in files the judge maps, then poisoned."""
 
 from __future__ import annotations
 
@@ -36,7 +35,8 @@ def plain_outputs(out: Any) -> list[torch.Tensor]:
         raise BadOutput("not_plain_tensor", f"forward returned {what}, not a plain torch.Tensor")
     for o in outs:
         if o.layout != torch.strided or o.is_meta or o.is_nested or o.is_quantized:
-            raise BadOutput("not_plain_tensor", f"forward returned a {o.layout} tensor, not a plain dense one")
+            raise BadOutput("not_plain_tensor",
+                            f"forward returned a {o.layout} tensor, not a plain dense one")
     return outs
 
 
@@ -50,10 +50,7 @@ def tensor_bytes(xs: list) -> int:
 
 
 def as_bytes(t: torch.Tensor):
-    c = t.detach().contiguous().reshape(-1)
-    if c.device.type != "cpu":
-        c = c.cpu()
-    return c.view(torch.uint8).numpy()
+    return t.detach().contiguous().reshape(-1).cpu().view(torch.uint8).numpy()
 
 
 def poison(outs: list[torch.Tensor]) -> None:
@@ -70,24 +67,21 @@ def storage_span(t: torch.Tensor) -> tuple[int, int]:
 
 def aliases(outs: list[torch.Tensor], inputs: list) -> bool:
     spans = [storage_span(x) for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
-    for o in outs:
-        if o.numel():
-            lo, hi = storage_span(o)
-            if any(lo < xh and xl < hi for xl, xh in spans):
-                return True
+    for lo, hi in (storage_span(o) for o in outs if o.numel()):
+        if any(lo < xh and xl < hi for xl, xh in spans):
+            return True
     return False
 
 
 class OutputSlots:
-    """Files the judge maps, one per output index, reused across checks and page-locked once, so a device
-    output lands in them in one direct copy at full PCIe speed."""
+    """Files the judge maps, one per output index, page-locked once: a device output lands in one copy."""
 
     def __init__(self):
         self.slots: dict[str, tuple[int, torch.Tensor]] = {}
         self._cudart = None
 
     def _rt(self):
-        """The CUDA runtime torch loaded, through ctypes; its errors are cleared here, never left for a candidate."""
+        """Torch's CUDA runtime through ctypes; its errors are cleared here, never left for a candidate."""
         if self._cudart is None:
             self._cudart = find_cudart() or False
         return self._cudart or None
@@ -103,7 +97,8 @@ class OutputSlots:
                 f.truncate(cap)
             buf = torch.from_file(path, shared=True, size=cap, dtype=torch.uint8)
             rt = self._rt() if src.is_cuda else None
-            if rt is not None and rt.cudaHostRegister(ctypes.c_void_p(buf.data_ptr()), ctypes.c_size_t(cap), 0):
+            if rt is not None and rt.cudaHostRegister(ctypes.c_void_p(buf.data_ptr()),
+                                                      ctypes.c_size_t(cap), 0):
                 rt.cudaGetLastError()
             self.slots[path] = (cap, buf)
         if n:

@@ -1,5 +1,5 @@
-"""The worker's timed commands: timed calls on fresh inputs (the floors' stand-ins too), graph replays, and calls
-the judge times with its own clock. Mixed into `commands.Worker`."""
+"""The worker's timed commands (mixed into `commands.Worker`): loops on fresh inputs, graph replays, and calls
+the judge times with its own clock."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class _EmptyModel(torch.nn.Module):
 
 
 class _ReadModel(torch.nn.Module):
-    """The floor of a call whose output shape depends on device data: one value read to the host, one launch."""
+    """A call whose output shape depends on device data: one value read to the host, one launch."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x.item()
@@ -32,8 +32,7 @@ class _ReadModel(torch.nn.Module):
 
 
 class _CopyModel(torch.nn.Module):
-    """A device-to-device copy moving `nbytes` (half read, half written) into a fresh output, as a candidate
-    allocates its own."""
+    """A copy of `nbytes` (half read, half written) into a fresh output, as a candidate allocates its own."""
 
     def __init__(self, nbytes: int, device: str):
         super().__init__()
@@ -43,27 +42,17 @@ class _CopyModel(torch.nn.Module):
         return torch.empty_like(self.src).copy_(self.src)
 
 
-FLOOR_MODELS = {"launch": _EmptyModel, "launch_read": _ReadModel, "copy": _CopyModel}
-
-
 def _calls_json(calls: dict[int, Any]) -> dict[str, list | str]:
     def plain(x):
         return x.tolist() if isinstance(x, torch.Tensor) else x
 
-    return {str(i): c if c == OVERWRITTEN else [plain(c[0]), plain(c[1]), plain(c[2]) if c[2] is not None else []]
+    return {str(i): c if c == OVERWRITTEN else [plain(c[0]), plain(c[1]), [] if c[2] is None else plain(c[2])]
             for i, c in calls.items()}
-
-
-def _samples_json(samples: list[clocks.Sample]) -> dict:
-    return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
-            "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples]}
 
 
 class TimedCommands:
     def _fixed_buffers(self, base_seed: int) -> tuple[list, Any]:
-        """For graph replays and the judge's clock, which need fixed buffers: call 0's inputs, and refill(i), which
-        copies call i's inputs (drawn in batches by TimedFeed, each used once) into them and says whether call i
-        may be sampled."""
+        """Call 0's inputs as fixed buffers, and refill(i): copies call i's in, says whether it is sampled."""
         feed = TimedFeed(self, base_seed, None)
         bufs, _ = feed.take(0)
         tensor_idx = [j for j, x in enumerate(bufs) if isinstance(x, torch.Tensor)]
@@ -75,8 +64,8 @@ class TimedCommands:
             for j, x in enumerate(new):
                 if j in tensor_idx:
                     if x.shape != bufs[j].shape or x.dtype != bufs[j].dtype:
-                        raise HarnessError("get_inputs returned inputs of different shapes for different seeds; "
-                                                 "timing refills fixed buffers and needs fixed input shapes")
+                        raise HarnessError("get_inputs returned inputs of different shapes for different "
+                                           "seeds; timing refills fixed buffers and needs fixed input shapes")
                     bufs[j].copy_(x)
                 else:
                     bufs[j] = x
@@ -86,11 +75,11 @@ class TimedCommands:
 
     def cmd_time(self, frames, base_seed: int, loop: dict, verify: bool, projection: bool = False,
                  compiled: bool = False, floor: str | None = None, floor_bytes: int = 0) -> dict:
-        """Time the model; with floor, a stand-in that ignores the inputs (FLOOR_MODELS) through the same loop,
-        flush, batches and verification included, so the floor carries the same between-call costs."""
+        """A floor's stand-in ignores the inputs but runs the same loop, batches and verification, so the
+        floor carries the same between-call costs."""
         model = self.compiled if compiled else self.model
         if floor is not None:
-            kind = FLOOR_MODELS[floor]
+            kind = {"launch": _EmptyModel, "launch_read": _ReadModel, "copy": _CopyModel}[floor]
             stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
             one = torch.zeros(1, device=self.device)
             model = lambda *_: stand_in(one)  # noqa: E731
@@ -106,23 +95,23 @@ class TimedCommands:
             feed.hold(i, current[0], out)
 
         threads_before = native_threads()
-        samples, unsampled = clocks.run_loop(self.clock, step, lambda out: None, on_call, LoopSettings(**loop))
+        samples, unsampled = clocks.run_loop(self.clock, step, lambda _: None, on_call, LoopSettings(**loop))
         feed.settle()
-        return {**_samples_json(samples), "unsampled": unsampled, "calls": _calls_json(feed.calls),
+        return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
+                "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples],
+                "unsampled": unsampled, "calls": _calls_json(feed.calls),
                 "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
 
     def cmd_warm(self, frames, base_seed: int, calls: int, compiled: bool = False) -> dict:
         """Untimed first calls (torch.compile compiles in the first)."""
         model = self.compiled if compiled else self.model
         for i in range(calls):
-            out = model(*self.inputs(derive(base_seed, i)))
-            del out
+            model(*self.inputs(derive(base_seed, i)))
         self.sync()
         return {}
 
     def cmd_graph(self, frames, base_seed: int, loop: dict, projection: bool = False) -> dict:
-        """Device time without launch gaps: capture one call in a CUDA graph and time its replays, each verified
-        by fingerprints taken right after its end event."""
+        """Device time without launch gaps: replays of one captured call, each verified after its end."""
         if self.device != "cuda":
             return {"graph_ok": False, "message": "graphs need CUDA"}
         bufs, refill = self._fixed_buffers(base_seed)

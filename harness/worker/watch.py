@@ -1,8 +1,5 @@
-"""What a worker watches in its own process: the callables the harness relies on, threads, the collector.
-
-Everything here runs beside candidate code, so what it reports is evidence, not proof: the judge rejects on
-what it sees, and never takes a clean report as a verdict.
-"""
+"""What a worker watches in its own process: the callables the harness relies on, threads, the collector. It
+runs beside candidate code, so a clean report is evidence, never a verdict."""
 
 from __future__ import annotations
 
@@ -23,9 +20,8 @@ _gc_freeze = gc.freeze
 
 
 def settle_gc() -> None:
-    """Move everything alive now (torch, the problem, the candidate's module) out of the collector's reach, so
-    the collection each shape's setup makes to free the previous model scans only what came after: with torch
-    and dynamo imported a full collection took 0.17 s on the CPU machine, after this 10 us."""
+    """Freeze what is alive now, so each setup's collection scans only what came after: with torch and dynamo
+    imported a full collection took 0.17 s on the CPU machine, after this 10 us."""
     _gc_collect()
     _gc_freeze()
 
@@ -41,7 +37,9 @@ class RuntimeWatch:
     """Identity of every callable the harness relies on, to report what a candidate replaced."""
 
     def __init__(self):
-        self.snapshot = {name: self._callables(obj) for name, obj in self._targets().items()}
+        kinds = (types.ModuleType, staticmethod, classmethod)
+        self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
+                         for name, obj in self._targets().items()}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
 
     @staticmethod
@@ -63,18 +61,10 @@ class RuntimeWatch:
                         targets[f"{name}.{attr}"] = value
         return {k: v for k, v in targets.items() if v is not None}
 
-    @staticmethod
-    def _callables(obj: Any) -> dict[str, Any]:
-        return {k: v for k, v in vars(obj).items()
-                if callable(v) or isinstance(v, (types.ModuleType, staticmethod, classmethod))}
-
     def changed(self) -> list[str]:
         out = []
         for name, obj in self._targets().items():
-            before = self.snapshot.get(name)
-            if before is None:
-                continue
             now = vars(obj)
-            out.extend(f"{name}.{k}" for k, v in before.items() if now.get(k) is not v)
+            out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
         return sorted(out)[:20]
