@@ -1,12 +1,10 @@
-"""The build cache's layout and keys, shared by the judge (which looks builds up and adopts them) and the build
-and evaluation workers (which build into it and import from it).
-
-An extension lives in `<cache>/<key[:2]>/<key>/` as `<name>.so` with a `meta.json` written once the build has
-returned. A key covers a call's arguments and everything else that changes the binary (environment_key).
-"""
+"""The build cache's layout and keys, shared by the judge (which looks builds up) and the workers (which build
+into it and import from it). An extension lives in `<cache>/<key[:2]>/<key>/` as `<name>.so`, with a
+`meta.json` written once the build has returned; a key covers a call's arguments and environment_key."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,8 +25,8 @@ def digest(obj: object) -> str:
 
 
 def environment_key(environ=None) -> dict:
-    """Everything besides a call's arguments that changes the binary; environ: the build process's environment
-    (default: this process's), so the judge can key a build it has not started."""
+    """Everything besides a call's arguments that changes the binary; environ: the build process's
+    environment (default: this process's), so the judge can key a build it has not started."""
     import torch
 
     environ = os.environ if environ is None else environ
@@ -48,14 +46,13 @@ def extension_ready(cache_dir: Path, name: str, key: str) -> bool:
 
 
 def build_memo_key(source_sha256: str, environ) -> str:
-    """A candidate's whole build, keyed by its source and the build process's environment: what the judge can
-    know without running it. A candidate whose extension's arguments depend on anything else (a file, the clock)
-    only misses: its worker then builds at import, and the verdict is the same."""
+    """A candidate's whole build, keyed by what the judge knows without running it (source, environment):
+    arguments that depend on anything else only miss, and the worker then builds at import."""
     return digest([CACHE_VERSION, "candidate", source_sha256, environment_key(environ)])[:32]
 
 
 def partial_header(pid: int | str) -> str:
-    """The name a precompiled header is compiled under by process pid, renamed to extension.h.gch once complete."""
+    """The name process pid compiles a precompiled header under, renamed to extension.h.gch once complete."""
     return f"tmp-{pid}.gch"
 
 
@@ -68,9 +65,7 @@ def toolchain_id(device: str) -> str:
     for cmd in (["c++", "--version"], ["nvcc", "--version"] if device == "cuda" else None):
         if cmd is None or shutil.which(cmd[0]) is None:
             continue
-        try:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired, IndexError):
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
             parts.append(out[0] if cmd[0] == "c++" else out[-1])
-        except (OSError, subprocess.TimeoutExpired, IndexError):
-            continue
     return " | ".join(parts)

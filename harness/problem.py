@@ -1,9 +1,5 @@
-"""Problem files in KernelBench's format: `Model`, `get_inputs(**shape)`, `get_init_inputs()`.
-
-Used by the judge (to validate a problem) and by workers (to draw inputs and build models). The judge reads a
-problem's text once and ships the text to workers, so a candidate that rewrites the file on disk cannot change
-the reference.
-"""
+"""Problem files in KernelBench's format: `Model`, `get_inputs(**shape)`, `get_init_inputs()`. The judge
+ships the text it read once to workers, so a candidate that rewrites the file cannot change the reference."""
 
 from __future__ import annotations
 
@@ -51,8 +47,8 @@ def validate(src: ProblemSource, shapes: tuple[Shape, ...]) -> None:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     for shape in shapes:
         if "device" in shape.params and "device" in params:
-            raise UsageError(f"shapes.{shape.name}.device: get_inputs() in {src.path} is given `device` by the "
-                             "harness; a shape cannot set it")
+            raise UsageError(f"shapes.{shape.name}.device: get_inputs() in {src.path} is given `device` by "
+                             "the harness; a shape cannot set it")
         for key in shape.params:
             if not takes_any and key not in params:
                 raise UsageError(f"shapes.{shape.name}.{key}: get_inputs() in {src.path} takes no argument "
@@ -60,9 +56,8 @@ def validate(src: ProblemSource, shapes: tuple[Shape, ...]) -> None:
 
 
 def seed_everything(seed: int, device: str = "cpu") -> None:
-    """Python's, numpy's and torch's generators for the CPU and, on a CUDA device, CUDA's: what
-    `torch.manual_seed` seeds here, without its other backends' hops (138 us a call on the CPU machine,
-    where a timed call draws its inputs once per call)."""
+    """What `torch.manual_seed` seeds here (Python, numpy, torch's CPU and CUDA generators), without its other
+    backends' hops: 138 us a call on the CPU machine, where a timed call draws its inputs every call."""
     import torch
 
     random.seed(seed)
@@ -100,20 +95,15 @@ class DrawNotRepeatable(RuntimeError):
 
 @contextlib.contextmanager
 def deterministic_draw(fill_uninitialized: bool):
-    """torch's deterministic mode around a draw, the caller's mode restored after. The judge and the
-    candidate's worker draw each seed apart and compare fingerprints, so a draw that is not bit-for-bit
-    repeatable rejects an honest kernel (`input_mutated`, `timed_output_mismatch`): a draw with float cumsums
-    on CUDA differed in 1 of 2,000 repeats on the H200 outside this mode and in none inside it
-    (bench/draw_repeat.py). In this mode torch runs an op's deterministic implementation where it has one and
-    refuses the op otherwise, which fails the first draw with one line. torch's fill of new tensors in this
-    mode is off unless fill_uninitialized: on the H200 it took a third of a draw's kernels (54 against 34 at
-    seed) and 0.12-0.15 ms of its 0.4-0.8 (bench/draw_cost.py). The reference's worker draws its check seeds
-    both ways and compares, which finds a draw that returns memory it never wrote."""
+    """torch's deterministic mode around a draw (the caller's restored after): judge and candidate draw each
+    seed apart and compare fingerprints; outside it, float cumsums on the H200 differed in 1 of 2,000 draws,
+    inside none (bench/draw_repeat.py). Filling new tensors (0.12-0.15 ms of a 0.4-0.8 ms draw on the H200,
+    bench/draw_cost.py) is off unless fill_uninitialized: the reference worker draws its checks both ways."""
     import torch
     import torch.utils.deterministic as det
 
-    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    fills = det.fill_uninitialized_memory
+    was, fills = torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(True)
     det.fill_uninitialized_memory = fill_uninitialized
     try:
@@ -131,10 +121,9 @@ def deterministic_draw(fill_uninitialized: bool):
 
 def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str, *,
                 fill_uninitialized: bool = False) -> list:
-    """Seed every RNG, draw one input set on the device under torch's deterministic mode
-    (`deterministic_draw`), move stragglers. A get_inputs that takes `device` gets it; any other runs under
-    `torch.device(device)`, so its factories default to the device (that mode puts a Python hop in front of
-    every torch call of the draw: about 3 us each on the CPU machine)."""
+    """Seed every RNG, draw one input set under `deterministic_draw`, move stragglers. A get_inputs that takes
+    `device` gets it, as `torch.device(device)` puts a Python hop (about 3 us on the CPU machine) before every
+    torch call of the draw; any other runs under it, so its factories default to the device."""
     import torch
 
     seed_everything(seed, device)
@@ -153,6 +142,4 @@ def build_model(cls: type, ns: dict[str, Any], seed: int, device: str) -> Any:
     seed_everything(seed, device)
     init = ns.get("get_init_inputs", lambda: [])()
     model = cls(*init)
-    if hasattr(model, "to"):
-        model = model.to(device)
-    return model
+    return model.to(device) if hasattr(model, "to") else model

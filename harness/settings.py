@@ -1,9 +1,5 @@
-"""Typed settings: a run's config and the timing loop's settings, frozen, with their defaults written once, here.
-
-The judge reads the YAML config into `Config` (harness.judge.config reads each key by its type and default here);
-workers get a `LoopSettings` as a JSON object with each timed command. Derived settings are made with
-`dataclasses.replace`, never by editing dicts.
-"""
+"""Typed, frozen settings with their defaults written once, here: the run's `Config` (harness.judge.config
+reads each YAML key by its type and default here) and the `LoopSettings` sent with each timed command."""
 
 from __future__ import annotations
 
@@ -84,17 +80,15 @@ class Config:
     cpu_shapes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["path"], d["problem"] = str(self.path), str(self.problem)
-        d["solutions"] = {k: [str(p) for p in v] for k, v in self.solutions.items()}
-        d["shapes"] = {s.name: dict(s.params) for s in self.shapes}
-        return d
+        return {**asdict(self), "path": str(self.path), "problem": str(self.problem),
+                "solutions": {k: [str(p) for p in v] for k, v in self.solutions.items()},
+                "shapes": {s.name: dict(s.params) for s in self.shapes}}
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """One timing loop in a worker: warm up for warmup_ms, then sample until the relative standard error of the
-    samples' `quantile` is under target_rse (after min_runs), the budget is spent, or max_runs is reached."""
+    """One timing loop in a worker: warm up for warmup_ms, then sample until the relative standard error of
+    the samples' `quantile` is under target_rse (after min_runs), the budget is spent or max_runs reached."""
 
     warmup_ms: float = 25.0
     min_runs: int = 20
@@ -111,20 +105,21 @@ class LoopSettings:
         return asdict(self)
 
     def round(self, k: int, n: int) -> LoopSettings:
-        """Round k of n: a 1/n share of the budget and runs, the same precision overall; only the first round
-        warms up for the full warm-up time (the model is warm after it)."""
+        """Round k of n: a 1/n share of the budget and runs, the same precision overall; only the first
+        warms up fully (the model is warm after it)."""
         min_runs = max(5, -(-self.min_runs // n))
-        return replace(self, budget_s=self.budget_s / n, min_runs=min_runs, max_runs=max(min_runs, -(-self.max_runs // n)),
-                       target_rse=self.target_rse * n ** 0.5, warmup_ms=self.warmup_ms if k == 0 else min(self.warmup_ms, 5.0))
+        return replace(self, budget_s=self.budget_s / n, min_runs=min_runs,
+                       max_runs=max(min_runs, -(-self.max_runs // n)), target_rse=self.target_rse * n ** 0.5,
+                       warmup_ms=self.warmup_ms if k == 0 else min(self.warmup_ms, 5.0))
 
     def one_off(self) -> LoopSettings:
-        """The reference's per-shape timings (eager and compiled back to back): half the candidate's budget."""
+        """The reference's per-shape timings (eager, compiled back to back): half the candidate's budget."""
         return replace(self, budget_s=self.budget_s / 2)
 
     def short(self) -> LoopSettings:
-        """CUDA-graph replays, whose launch gaps are gone, and the floors' stand-ins: fewer runs, at most 0.5 s."""
+        """CUDA-graph replays (no launch gaps) and the floors' stand-ins: fewer runs, at most 0.5 s."""
         return replace(self, min_runs=min(self.min_runs, 10), budget_s=min(self.budget_s, 0.5))
 
     def launch_probe(self) -> LoopSettings:
-        """The empty launch timed beside each round: a few milliseconds, the host's phase while the round ran."""
+        """The empty launch timed beside each round: a few milliseconds, the host's phase during the round."""
         return replace(self, warmup_ms=min(self.warmup_ms, 2.0), min_runs=10, max_runs=40, budget_s=0.01)

@@ -45,13 +45,11 @@ def rse(xs: Sequence[float]) -> float:
 
 
 def quantile_rse(sorted_xs: Sequence[float], q: float, z: float = 2.0) -> float:
-    """Relative standard error of the q-quantile, distribution-free: the spread between the order statistics
-    z binomial standard deviations (sqrt(n q (1-q)) ranks) either side of rank n q, over 2 z, over the
-    quantile. The speedup is read at a low quantile, which host hiccups leave alone while they inflate the
-    mean's error; inf until n is large enough for both ranks to exist (36 calls at q = 0.1, z = 2)."""
+    """Distribution-free relative standard error of the q-quantile: the order statistics z binomial standard
+    deviations either side of rank n q, their spread over 2 z over the quantile; inf until both ranks exist
+    (36 calls at q = 0.1, z = 2). Host hiccups inflate the mean's error but leave a low quantile alone."""
     n = len(sorted_xs)
-    c = n * q
-    h = z * math.sqrt(n * q * (1 - q))
+    c, h = n * q, z * math.sqrt(n * q * (1 - q))
     lo, hi = math.floor(c - h), math.ceil(c + h)
     if n < 2 or lo < 0 or hi > n - 1:
         return math.inf
@@ -63,20 +61,14 @@ def summarize(times_us: Sequence[float]) -> Measurement:
     if not times_us:
         raise ValueError("no times to summarize")
     s = sorted(times_us)
-    return Measurement(
-        median_us=quantile(s, 0.5),
-        iqr_us=quantile(s, 0.75) - quantile(s, 0.25),
-        min_us=s[0],
-        mean_us=sum(s) / len(s),
-        rse=rse(s),
-        runs=len(s),
-    )
+    return Measurement(median_us=quantile(s, 0.5), iqr_us=quantile(s, 0.75) - quantile(s, 0.25), min_us=s[0],
+                       mean_us=sum(s) / len(s), rse=rse(s), runs=len(s))
 
 
 @dataclass(frozen=True)
 class Round:
-    """One paired round (us): the candidate's timed calls, then, with the candidate stopped, short timings of
-    the eager reference, of an empty launch (the host's phase) and of a copy of the same bytes."""
+    """One paired round (us): the candidate's timed calls, then, with it stopped, short timings of the eager
+    reference, of an empty launch (the host's phase) and of a copy of the same bytes."""
 
     reference: tuple[float, ...]
     candidate: tuple[float, ...]
@@ -90,13 +82,10 @@ class Round:
 
 
 def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]], q: float) -> float | None:
-    """q-quantile of every call of the first side over the q-quantile of every call of the second, each
-    pooled over rounds that alternate the two sides. The H200 host has phases, from one round long to longer
-    than a shape's whole timing (4.7 s seen), in which every host-bound time is up to 2.5 times as long;
-    both sides see them, in different shares. A low quantile reads each side in the host's fast phase as
-    long as a tenth of its calls ran there: recomputed over the raw times of 5 separate evaluations it gave
-    speedup CVs of 4.2% (seed), 3.7% (wide) and 1.0% (mixtral) where the median of per-round median ratios
-    gave 14.2%, 3.5% and 2.7% (docs/methodology.md)."""
+    """q-quantile of every call of one side over that of the other, each pooled over alternating rounds. The
+    H200 host has phases (up to 4.7 s) in which host-bound times are up to 2.5 times as long; a low quantile
+    reads each side in the fast phase: over 5 evaluations' raw times it gave speedup CVs of 4.2%, 3.7% and
+    1.0% where the median of per-round ratios gave 14.2%, 3.5% and 2.7% (docs/methodology.md)."""
     a = sorted(x for xs in num for x in xs)
     b = sorted(x for xs in den for x in xs)
     if not a or not b:
@@ -107,22 +96,12 @@ def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]],
 
 def geomean(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(x) for x in vals) / len(vals))
-
-
-def ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
-        return None
-    return num / den
+    return math.exp(sum(math.log(x) for x in vals) / len(vals)) if vals else None
 
 
 def fast_p(speedups: Sequence[float | None], p: float) -> float:
     """Share of entries that are correct (not None) and faster than p: KernelBench's fast_p."""
-    if not speedups:
-        return 0.0
-    return sum(1 for s in speedups if s is not None and s > p) / len(speedups)
+    return sum(1 for s in speedups if s is not None and s > p) / len(speedups) if speedups else 0.0
 
 
 def mean_cv(xs: Sequence[float]) -> tuple[float, float]:

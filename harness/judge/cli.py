@@ -1,4 +1,4 @@
-"""Command line: parse, resolve the plan, run, exit 0 (ran), 1 (--strict and not all correct), 2 (bad input)."""
+"""Command line: parse, resolve the plan, run; exit 0 (ran), 1 (--strict, not all correct), 2 (bad input)."""
 
 from __future__ import annotations
 
@@ -33,14 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="run_eval.py", description="Build, check and time kernel candidates against a reference "
                 "PyTorch Model, and write a speedup table under results/.")
     p.add_argument("config", help="YAML run config (e.g. configs/pack_tokens.yaml)")
-    p.add_argument("--solution", nargs="+", action="extend", metavar="FILE",
-                   help="candidate files, folders (their *.py) or globs; default: the config's solutions for the device")
+    p.add_argument("--solution", nargs="+", action="extend", metavar="FILE", help="candidate files, folders "
+                   "(their *.py) or globs; default: the config's solutions for the device")
     p.add_argument("--device", choices=("cuda", "cpu"),
                    help="where to run; default: cuda when a GPU is visible, else cpu (C++ candidates)")
     p.add_argument("--shapes", nargs="+", metavar="NAME", help="run only these shapes of the config")
-    p.add_argument("--seeds", type=int, metavar="N", help="correctness seeds per shape (default: the config's, 5)")
-    p.add_argument("--seed", type=int, metavar="S",
-                   help="master seed, to reproduce a run; default: fresh from os.urandom, recorded in run.json")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="correctness seeds per shape (default: the config's, 5)")
+    p.add_argument("--seed", type=int, metavar="S", help="master seed, to reproduce a run; default: fresh "
+                   "from os.urandom, recorded in run.json")
     p.add_argument("--out", metavar="DIR", help="output folder (default: results/<run-id>)")
     p.add_argument("--strict", action="store_true", help="exit 1 when any record is not correct")
     p.add_argument("--static-checks", choices=STATIC_POLICIES,
@@ -48,15 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N", help="parallel builds (default: from cores and memory)")
     p.add_argument("--gpus", metavar="N|LIST",
                    help="evaluation lanes: a count, or device indices like 0,1 (0,0 = two lanes on GPU 0)")
-    p.add_argument("--resume", metavar="DIR", help="continue an interrupted run in DIR, skipping finished records")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue an interrupted run in DIR, skipping finished records")
     p.add_argument("--cache", metavar="DIR", help="build cache folder (default: .cache/kbh, or $KBH_CACHE)")
-    p.add_argument("--isolate", action="store_true",
-                   help="run the workers that import candidates (builds, evaluations) as users of their own, so the "
-                        "build cache and the run's files are read-only to candidate code (the judge must be root)")
+    p.add_argument("--isolate", action="store_true", help="run the workers that import candidates (builds, "
+                   "evaluations) as users of their own, so the build cache and the run's files are read-only "
+                   "to candidate code (the judge must be root)")
     p.add_argument("--build-only", action="store_true",
                    help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
-    p.add_argument("--profile", action="store_true",
-                   help="records and run.json also say where the wall time went (stages, worker starts, timeline)")
+    p.add_argument("--profile", action="store_true", help="records and run.json also say where the wall time "
+                   "went (stages, worker starts, timeline)")
     return p
 
 
@@ -77,7 +79,7 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
         device = "cuda" if _cuda_visible() else "cpu"
         if device == "cpu":
             notes.append("no GPU visible: running on the CPU (--device cpu)")
-            console.print("[yellow]no GPU visible: running on the CPU (--device cpu)[/]")
+            console.print(f"[yellow]{notes[-1]}[/]")
     elif device == "cuda" and not _cuda_visible():
         raise UsageError("--device cuda: no CUDA device is visible")
     src = read_problem(config.problem)
@@ -87,16 +89,12 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
         notes.append(f"CPU run: the config's cpu_shapes ({', '.join(wanted)})")
     shapes = select_shapes(config.shapes, wanted)
     validate(src, shapes)
-    if args.solution:
-        paths = expand_solutions(args.solution)
-    else:
-        paths = list(config.solutions.get(device, ()))
-        if not paths:
-            raise UsageError(f"{args.config}: solutions.{device}: no solutions listed; pass --solution FILE")
-    if args.seeds is not None and args.seeds < 1:
-        raise UsageError(f"--seeds {args.seeds}: expected at least 1")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: expected at least 1")
+    paths = expand_solutions(args.solution) if args.solution else list(config.solutions.get(device, ()))
+    if not paths:
+        raise UsageError(f"{args.config}: solutions.{device}: no solutions listed; pass --solution FILE")
+    for option, value in (("--seeds", args.seeds), ("--jobs", args.jobs)):
+        if value is not None and value < 1:
+            raise UsageError(f"{option} {value}: expected at least 1")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed {args.seed}: expected 0 to {MAX_SEED}")
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{src.name}-{secrets.token_hex(2)}"
@@ -119,21 +117,19 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
         notes.append(f"resumed {args.resume}")
     cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(REPO_ROOT)
     if args.isolate:
-        isolation.check_available(REPO_ROOT, {"the build cache": cache_dir, "the output folder": out_dir}, device)
-    return Plan(
-        config=config, problem=src, device=device, shapes=shapes, solutions=name_solutions(paths),
-        master_seed=master, seed_given=given, seeds=args.seeds or config.check.seeds,
-        static_policy=args.static_checks or config.static_checks, lanes=parse_lanes(args.gpus, device),
-        jobs=args.jobs or config.build.jobs or default_jobs(), out_dir=out_dir.resolve(),
-        cache_dir=cache_dir, run_id=run_id,
-        notes=tuple(notes), build_only=args.build_only, isolate=args.isolate, profile=args.profile,
-    )
+        folders = {"the build cache": cache_dir, "the output folder": out_dir}
+        isolation.check_available(REPO_ROOT, folders, device)
+    return Plan(config=config, problem=src, device=device, shapes=shapes, solutions=name_solutions(paths),
+                master_seed=master, seed_given=given, seeds=args.seeds or config.check.seeds,
+                static_policy=args.static_checks or config.static_checks,
+                lanes=parse_lanes(args.gpus, device), jobs=args.jobs or config.build.jobs or default_jobs(),
+                out_dir=out_dir.resolve(), cache_dir=cache_dir, run_id=run_id, notes=tuple(notes),
+                build_only=args.build_only, isolate=args.isolate, profile=args.profile)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Workers and builds are forks of one fork server, started first so its imports overlap the judge's; runs
-    whose workers run as users of their own (--isolate), and --build-only runs (builds only, which start at once
-    rather than wait for the server's imports), start fresh processes."""
+    """Workers and builds are forks of one fork server, started first so its imports overlap the judge's;
+    --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     if not (args.build_only or args.isolate):
@@ -163,6 +159,4 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         sys.stderr.write(f"run_eval.py: error: {e}\n")
         return 1
     console.print(f"results: {plan.out_dir}")
-    if args.strict and any(r.status != "correct" for r in records):
-        return 1
-    return 0
+    return 1 if args.strict and any(r.status != "correct" for r in records) else 0

@@ -22,38 +22,24 @@ def _run(cmd: list[str], cwd: Path | None = None, succeeded: bool = False) -> st
     return "" if succeeded and out.returncode != 0 else out.stdout.strip()
 
 
-def git_commit(repo: Path) -> str:
-    commit = _run(["git", "rev-parse", "HEAD"], repo)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
-    return f"{commit}{'+dirty' if dirty else ''}" if commit else "unknown"
-
-
-def nvidia_driver() -> str:
-    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    return out.splitlines()[0] if out else ""
-
-
 def gpu_arch_hint() -> str | None:
-    """The compute capability that every GPU on the host reports through nvidia-smi, or None (no nvidia-smi, a
-    driver too old to report it, or GPUs that differ). It lets builds start while the reference workers are
-    still creating their CUDA contexts (about 10 s on the H200 host); the runner checks it against what torch
-    then reports."""
-    caps = set(_run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], succeeded=True).split())
+    """The compute capability all GPUs report through nvidia-smi, or None: builds start while the reference
+    workers still create their CUDA contexts (about 10 s on the H200); the runner checks it against torch."""
+    out = _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], succeeded=True)
+    caps = set(out.split())
     return caps.pop() if len(caps) == 1 and re.fullmatch(r"\d+\.\d+", next(iter(caps))) else None
 
 
 def host_info(repo: Path) -> dict:
     import torch
 
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu_cores": len(os.sched_getaffinity(0)),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "driver": nvidia_driver(),
-        "git_commit": git_commit(repo),
-    }
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+    commit = _run(["git", "rev-parse", "HEAD"], repo)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    return {"python": sys.version.split()[0], "platform": platform.platform(),
+            "cpu_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda, "driver": driver[0] if driver else "",
+            "git_commit": f"{commit}{'+dirty' if dirty else ''}" if commit else "unknown"}
 
 
 def process_age_s() -> float | None:

@@ -1,11 +1,6 @@
-"""The judge's side of the fork server (harness.worker.forkserver_main): start it, ask it for forks, wait on
-them.
-
-A fork is the same as a fresh process but for what an interpreter, torch or the harness reads while starting:
-the server starts with a worker's environment, and a process whose environment differs from it in such a
-variable (START_PREFIXES), other than the lane's and a build's keys (LATE_KEYS, read later), starts afresh. So
-do processes under a user of their own (--isolate), and every process once the server is gone or failed.
-"""
+"""The judge's side of the fork server (harness.worker.forkserver_main): start it, ask it for forks, wait.
+A process whose environment differs from the server's in what starting reads (START_PREFIXES, less LATE_KEYS)
+starts afresh, as do processes under a user of their own (--isolate) and all once the server is gone."""
 
 from __future__ import annotations
 
@@ -22,20 +17,18 @@ import threading
 import time
 from pathlib import Path
 
-LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
-                       "TRITON_CACHE_DIR", "KBH_PCH"})
-"""The lane's keys, which a worker reads after it starts (`init` applies them), and a build's, read when it
-compiles."""
+LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN",
+                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "KBH_PCH"})
+"""The lane's keys, which a worker's `init` applies after it starts, and a build's, read when it compiles."""
 
-START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_", "GOMP_",
-                  "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")
+START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_",
+                  "GOMP_", "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")
 """Variables an interpreter, torch or the harness may read while starting or importing."""
 
 WORKER_HASH_SEED = "0"
-"""Every worker hashes strings the same way. With Python's random hash seed per process, 3 of 9 processes on the
-H200 host timed the seed reference 3.7-7.0% slow in every pass of an interleaved comparison, the host's phase
-divided out; none of 18 with a fixed seed was off by more than 2.5%. The reference and the candidate run in
-separate processes, so such an offset would enter one evaluation's speedup and not the next."""
+"""Every worker hashes strings the same way: with a random seed per process, 3 of 9 processes on the H200
+host timed the seed reference 3.7-7.0% slow in every pass (host phase divided out), none of 18 with a fixed
+seed more than 2.5%; reference and candidate run in separate processes, so it would enter a speedup."""
 
 READY_TIMEOUT_S = 180.0
 REPLY_TIMEOUT_S = 30.0
@@ -44,14 +37,12 @@ LOST = -255
 
 
 class ForkedProc:
-    """What the judge keeps of a forked worker: Popen's pid, poll and wait, answered by the server that reaps it.
-    wait() sleeps on a pidfd (readable once the process has exited; its pid is not reused before the server reaps
-    it, which it does only when asked), so a build waited for minutes costs no requests. Several threads may wait
-    at once (a spare's start and the pool that stops it): the pidfd is closed only when none is sleeping on it."""
+    """Popen's pid, poll and wait for a forked worker, answered by the server that reaps it. wait() sleeps on
+    a pidfd (the pid is not reused until the server reaps it, only when asked), so waiting costs no requests.
+    Several threads may wait at once: the pidfd is closed only when none is sleeping on it."""
 
     def __init__(self, server: ForkServer, pid: int):
-        self.server = server
-        self.pid = pid
+        self.server, self.pid = server, pid
         self.returncode: int | None = None
         self._lock = threading.Lock()
         self._sleeping = 0
@@ -108,8 +99,8 @@ class ForkServer:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fd, log = tempfile.mkstemp(prefix="kbh-forkserver-", suffix=".log")
         self.log_path = Path(log)
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.worker.forkserver_main", str(theirs.fileno())],
-                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
+        argv = [sys.executable, "-m", "harness.worker.forkserver_main", str(theirs.fileno())]
+        self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=fd,
                                      stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         os.close(fd)
         theirs.close()
@@ -117,8 +108,7 @@ class ForkServer:
         self.lock = threading.Lock()
         self.status = "starting"
         self.info: dict = {}
-        self.forks = 0
-        self.declined = 0
+        self.forks = self.declined = 0
 
     def _ready(self) -> bool:
         """Wait for the server's imports (once); False if it failed: the judge then starts fresh processes."""
@@ -150,9 +140,8 @@ class ForkServer:
 
     def fork(self, env: dict[str, str], cwd: Path, log_fd: int, conn_fd: int | None = None,
              build: list[str] | None = None) -> ForkedProc | None:
-        """A worker serving the judge on conn_fd (or a build: `harness.worker.build_main` with these arguments) forked
-        with this environment and cwd, or None where a fresh process is needed (an environment that differs in
-        what an interpreter reads at its start) or the server is gone."""
+        """A worker serving the judge on conn_fd (or a `harness.worker.build_main` build with these
+        arguments), or None where the environment needs a fresh process or the server is gone."""
         differs = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)
                    and k.startswith(START_PREFIXES) and k not in LATE_KEYS}
         with self.lock:
@@ -206,13 +195,11 @@ _CURRENT: list[ForkServer] = []
 
 
 def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a worker process starts with: the judge's, the repo on PYTHONPATH, unbuffered output, the
-    draws' cuBLAS workspace, the fixed hash seed (WORKER_HASH_SEED), then extra."""
-    env = dict(os.environ)
-    env.update(extra or {})
+    """A worker's starting environment: the judge's and extra, the repo on PYTHONPATH, unbuffered output, the
+    cuBLAS workspace that deterministic draws need (problem.deterministic_draw), WORKER_HASH_SEED."""
+    env = {**os.environ, **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
-    # draws run in torch's deterministic mode (problem.deterministic_draw), where cuBLAS needs a fixed workspace
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     env["PYTHONHASHSEED"] = WORKER_HASH_SEED
     return env
@@ -220,9 +207,8 @@ def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str
 
 def start(repo_root: Path) -> ForkServer:
     stop()
-    server = ForkServer(worker_env(repo_root))
-    _CURRENT.append(server)
-    return server
+    _CURRENT.append(ForkServer(worker_env(repo_root)))
+    return _CURRENT[-1]
 
 
 def current() -> ForkServer | None:
@@ -232,4 +218,3 @@ def current() -> ForkServer | None:
 def stop() -> None:
     while _CURRENT:
         _CURRENT.pop().close()
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,13 +62,10 @@ class Plan:
         return derive(self.master_seed, "fingerprint")
 
     def seeds_json(self) -> dict:
-        return {
-            "master": self.master_seed,
-            "given": self.seed_given,
-            "shapes": {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
-                                "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}
-                       for s in self.shapes},
-        }
+        shapes = {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
+                           "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}
+                  for s in self.shapes}
+        return {"master": self.master_seed, "given": self.seed_given, "shapes": shapes}
 
 
 def expand_solutions(values: list[str]) -> list[Path]:
@@ -75,38 +73,24 @@ def expand_solutions(values: list[str]) -> list[Path]:
     out: list[Path] = []
     for v in values:
         if any(ch in v for ch in "*?["):
-            matches = sorted(Path(m) for m in glob.glob(v, recursive=True) if m.endswith(".py"))
-            if not matches:
-                raise UsageError(f"--solution {v}: the pattern matches no .py file")
-            out.extend(matches)
+            found = sorted(Path(m) for m in glob.glob(v, recursive=True) if m.endswith(".py"))
+            miss = "the pattern matches no .py file"
         elif Path(v).is_dir():
-            files = sorted(p for p in Path(v).glob("*.py") if not p.name.startswith(("_", ".")))
-            if not files:
-                raise UsageError(f"--solution {v}: the folder holds no .py file")
-            out.extend(files)
-        elif Path(v).is_file():
-            out.append(Path(v))
+            found = sorted(p for p in Path(v).glob("*.py") if not p.name.startswith(("_", ".")))
+            miss = "the folder holds no .py file"
         else:
-            raise UsageError(f"--solution {v}: no such file")
-    seen, unique = set(), []
-    for p in out:
-        r = p.resolve()
-        if r not in seen:
-            seen.add(r)
-            unique.append(r)
-    return unique
+            found = [Path(v)] if Path(v).is_file() else []
+            miss = "no such file"
+        if not found:
+            raise UsageError(f"--solution {v}: {miss}")
+        out.extend(found)
+    return list(dict.fromkeys(p.resolve() for p in out))
 
 
 def name_solutions(paths: list[Path]) -> tuple[tuple[str, Path], ...]:
     """Short unique names: the file's stem, or parent/stem where stems collide."""
-    stems: dict[str, int] = {}
-    for p in paths:
-        stems[p.stem] = stems.get(p.stem, 0) + 1
-    named = []
-    for p in paths:
-        name = p.stem if stems[p.stem] == 1 else f"{p.parent.name}/{p.stem}"
-        named.append((name, p))
-    return tuple(named)
+    stems = Counter(p.stem for p in paths)
+    return tuple((p.stem if stems[p.stem] == 1 else f"{p.parent.name}/{p.stem}", p) for p in paths)
 
 
 def select_shapes(shapes: tuple[Shape, ...], names: list[str] | None) -> tuple[Shape, ...]:
@@ -130,7 +114,7 @@ def parse_lanes(value: str | None, device: str) -> tuple[str, ...]:
         n = int(parts[0])
         if n < 1:
             raise UsageError(f"--gpus {value}: expected at least 1")
-        return tuple(str(i) for i in range(n)) if device == "cuda" else tuple("cpu" for _ in range(n))
+        return tuple(str(i) for i in range(n)) if device == "cuda" else ("cpu",) * n
     if device != "cuda":
         raise UsageError(f"--gpus {value}: device lists need --device cuda")
     return tuple(parts)

@@ -1,10 +1,6 @@
-"""The judge's handles on worker processes: start, ask with a deadline, stop, kill.
-
-A worker gets a private socket (inherited as one file descriptor), its own process group (so a kill takes its
-compilers and threads with it) and a log file for everything it prints. It is a fork of the fork server where
-one is running and the worker runs as the judge's user, else a fresh `python -m harness.worker`. Replies are
-JSON; a reply too large or not JSON counts as the worker failing, never as data.
-"""
+"""The judge's handles on worker processes: start, ask with a deadline, stop, kill. A worker has a private
+socket, its own process group (a kill takes its compilers and threads) and a log; it is a fork of the fork
+server where one runs and it runs as the judge's user. A reply too large or not JSON counts as a failure."""
 
 from __future__ import annotations
 
@@ -48,8 +44,7 @@ def describe_exit(code: int | None) -> str:
 @contextlib.contextmanager
 def groups_stopped(pids):
     """The process groups led by pids stopped (SIGSTOP) meanwhile, continued (SIGCONT) after. SIGSTOP lands
-    asynchronously: each leader is awaited until the kernel reports it stopped (or gone), so the work that
-    needs them still starts only once they are."""
+    asynchronously, so each leader is awaited until the kernel reports it stopped (or gone)."""
     stopped = []
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -86,17 +81,15 @@ class WorkerHandle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "ab")
+        cwd = self.own_folder(cwd)
         server = forkserver.current() if identity is None else None
-        proc = server.fork(full_env, self.own_folder(cwd), self._log.fileno(), child.fileno()) if server else None
+        proc = server.fork(full_env, cwd, self._log.fileno(), child.fileno()) if server else None
         self.proc = proc or subprocess.Popen(
-            [sys.executable, "-m", "harness.worker", str(child.fileno())],
-            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            cwd=self.own_folder(cwd), env=full_env, start_new_session=True, **(identity.popen() if identity else {}),
-        )
+            [sys.executable, "-m", "harness.worker", str(child.fileno())], pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=full_env,
+            start_new_session=True, **(identity.popen() if identity else {}))
         child.close()
-        self.conn = parent
-        self.trusted = trusted
-        self.alive = True
+        self.conn, self.trusted, self.alive = parent, trusted, True
 
     @property
     def forked(self) -> bool:
@@ -113,13 +106,13 @@ class WorkerHandle:
     def _wait(self, timeout: float) -> None:
         if not self.conn.poll(max(timeout, 0.0)):
             self.kill()
-            raise WorkerGone("timeout", f"no answer within {max(timeout, 0.0):.0f} s (the rest of its time limit)")
+            raise WorkerGone("timeout",
+                             f"no answer within {max(timeout, 0.0):.0f} s (the rest of its time limit)")
 
     def recv(self, timeout: float) -> dict:
         self._wait(timeout)
         try:
-            data = self.conn.recv_bytes(None if self.trusted else MAX_REPLY_BYTES)
-            reply = json.loads(data)
+            reply = json.loads(self.conn.recv_bytes(None if self.trusted else MAX_REPLY_BYTES))
             if not isinstance(reply, dict):
                 raise ValueError("reply is not an object")
             return reply
@@ -144,17 +137,16 @@ class WorkerHandle:
         return buf
 
     def frozen(self):
-        """The worker's whole process group stopped meanwhile: while the reference is timed beside a
-        candidate, no thread the candidate left behind can take the lane's core or launch GPU work."""
+        """The worker's process group stopped meanwhile: while the reference is timed beside a candidate, no
+        thread the candidate left behind can take the lane's core or launch GPU work."""
         return groups_stopped([self.proc.pid] if self.alive else [])
 
     def own_folder(self, shared: Path) -> Path:
-        """Where this worker may write files for the judge (its cwd, output slots): its home under a user of its
-        own, else the run's shared scratch folder."""
+        """Where this worker writes files for the judge: its home under a user of its own, else shared."""
         return shared if self.identity is None else self.identity.home
 
     def give_log(self, path: Path) -> None:
-        """A worker under a user of its own opens its log itself: the judge makes the file and hands it over."""
+        """A worker under a user of its own opens its log itself: the judge makes it and hands it over."""
         if self.identity is not None:
             path.touch(mode=0o600)
             self.identity.give(path)
@@ -164,10 +156,9 @@ class WorkerHandle:
         return self.recv(timeout)
 
     def _wait_code(self) -> int | None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            return None
+        return None
 
     def stop(self) -> None:
         """SIGKILL the worker's process group and return at once; kill() or close() reaps it later."""
@@ -193,7 +184,8 @@ class WorkerHandle:
             self.kill()
 
 
-def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int, timeout: float) -> tuple[list[float], list[float]]:
+def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int,
+                timeout: float) -> tuple[list[float], list[float]]:
     """Time calls with the judge's own clock, interleaving no-op round trips to measure the channel."""
     worker.send({"cmd": "judge_timed", "base_seed": base_seed, "rounds": rounds})
     deadline = time.monotonic() + timeout
@@ -201,20 +193,17 @@ def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int, timeout: floa
     for k in range(rounds):
         msg = worker.recv(deadline - time.monotonic())
         if "ready" not in msg:
-            return _finish(msg, calls, noops)
+            break
         kind = "call" if k % 2 else "noop"
         t0 = time.perf_counter()
         worker.send({"go": kind})
-        done = worker.recv(deadline - time.monotonic())
+        msg = worker.recv(deadline - time.monotonic())
         t1 = time.perf_counter()
-        if "done" not in done:
-            return _finish(done, calls, noops)
+        if "done" not in msg:
+            break
         (calls if kind == "call" else noops).append((t1 - t0) * 1e6)
-    final = worker.recv(deadline - time.monotonic())
-    return _finish(final, calls, noops)
-
-
-def _finish(msg: dict, calls: list[float], noops: list[float]) -> tuple[list[float], list[float]]:
+    else:
+        msg = worker.recv(deadline - time.monotonic())
     if not msg.get("ok", True) and "ready" not in msg:
         raise RuntimeError(msg.get("message", "judge-timed calls failed"))
     return calls, noops
