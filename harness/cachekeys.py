@@ -2,8 +2,6 @@
 into it and import from it). An extension lives in `<cache>/<key[:2]>/<key>/` as `<name>.so`, with a
 `meta.json` written once the build has returned; a key covers a call's arguments and environment_key."""
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json

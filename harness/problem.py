@@ -1,8 +1,6 @@
 """Problem files in KernelBench's format: `Model`, `get_inputs(**shape)`, `get_init_inputs()`. The judge
 ships the text it read once to workers, so a candidate that rewrites the file cannot change the reference."""
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import inspect

@@ -1,7 +1,5 @@
 """Run seeds: one master seed per run (from os.urandom unless given), every other seed derived from it."""
 
-from __future__ import annotations
-
 import hashlib
 import os
 

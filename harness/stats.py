@@ -1,7 +1,5 @@
 """Statistics over lists of times and speedups: pure functions, no I/O, used by the judge and the workers."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass

@@ -258,7 +258,8 @@ def test_reference_compiles_untimed_with_spares_let_in_then_times_in_the_turn():
     class Recorder:
         def request(self, cmd, timeout, **args):
             seen.append((cmd, args, turn.window.is_set(), turn.lock.locked()))
-            return {"ok": True, "device_us": [10.0, 11.0, 12.0], "graph_ok": False}
+            return {"ok": True, "device_us": [10.0, 11.0, 12.0], "host_us": [15.0] * 3, "span_us": [12.0] * 3,
+                    "graph_ok": False}
 
     timing = SimpleNamespace(compile_reference=True, graph=True, speedup_metric="time_us")
     plan = SimpleNamespace(config=SimpleNamespace(timing=timing), time_seed=lambda name: 1, init_seed=lambda name: 2,

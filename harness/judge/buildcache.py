@@ -1,8 +1,6 @@
 """The judge's side of the build cache (layout, keys: harness.cachekeys): its record of whole builds, which
 lets an unchanged candidate skip its build process, and under --isolate adopting what a build staged."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

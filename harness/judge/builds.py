@@ -1,8 +1,6 @@
 """Candidate building: each candidate imported in a build process of its own (harness.worker.build_main), with
 no GPU visible, a time limit and its compiler output in a log, in a pool sized from cores and memory."""
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json

@@ -1,7 +1,5 @@
 """Command line: parse, resolve the plan, run; exit 0 (ran), 1 (--strict, not all correct), 2 (bad input)."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import secrets

@@ -4,8 +4,6 @@ Same count, shape, dtype and device; NaN and Inf in the same places; finite valu
 (exact when both are zero). The check of timed calls' fingerprints lives here too.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import replace
 

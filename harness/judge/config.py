@@ -2,8 +2,6 @@
 
 Every settings key is read by the type of its default in harness.settings, within BOUNDS."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import fields
 from pathlib import Path

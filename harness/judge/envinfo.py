@@ -1,7 +1,5 @@
 """What run.json records about the machine and the code, gathered without touching the GPU."""
 
-from __future__ import annotations
-
 import os
 import platform
 import re

@@ -6,8 +6,6 @@ judge's own clock, then CUDA-graph replay. A worker that dies, hangs or hits a C
 shape starts a clean one.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json

@@ -1,7 +1,5 @@
 """What the judge observed about one candidate on one shape: filled in by evaluate.py, read by verdict.py."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 from ..stats import Measurement, Round

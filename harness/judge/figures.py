@@ -1,7 +1,5 @@
 """From evidence to a record: the verdict, then the figures a user reads (speedups, floors, bandwidth)."""
 
-from __future__ import annotations
-
 from ..settings import Shape
 from ..stats import pooled_ratio, summarize
 from . import verdict

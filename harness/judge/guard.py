@@ -6,8 +6,6 @@ last clean check the suspects (TamperWatch). The results folder may hold only th
 results.jsonl must read exactly as the judge wrote it.
 """
 
-from __future__ import annotations
-
 import contextlib
 import shutil
 import threading

@@ -7,8 +7,6 @@ private home (cwd, temp folder, caches, the staging folder its builds go to); th
 a build staged into the cache. The reference worker runs no candidate code and stays the judge's user.
 """
 
-from __future__ import annotations
-
 import atexit
 import contextlib
 import itertools
@@ -87,7 +85,7 @@ def check_available(repo_root: Path, folders: dict[str, Path], device: str = "cp
             raise UsageError(f"--isolate: {node} is closed to other users (mode {mode:o}), "
                              "so their workers could not use the GPU")
     uid = next(_uids)
-    probe = ("import importlib.util, harness.isolation; "
+    probe = ("import importlib.util, harness.judge.isolation; "
              "assert importlib.util.find_spec('torch'), 'torch not found'")
     try:
         r = subprocess.run([sys.executable, "-c", probe], user=uid, group=uid, extra_groups=[], cwd="/",

@@ -1,8 +1,6 @@
 """Evaluation lanes: each owns one device (a GPU, or the CPU) with its reference worker, a few candidate workers
 started ahead, and a thread that evaluates candidates from the run's queue as their builds finish."""
 
-from __future__ import annotations
-
 import queue
 import threading
 from collections.abc import Callable

@@ -1,7 +1,5 @@
 """The plan: config plus command line resolved into what this run will do, with every seed derived."""
 
-from __future__ import annotations
-
 import glob
 import os
 from collections import Counter

@@ -2,8 +2,6 @@
 socket, its own process group (a kill takes its compilers and threads) and a log; it is a fork of the fork
 server where one runs and it runs as the judge's user. A reply too large or not JSON counts as a failure."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

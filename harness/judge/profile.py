@@ -1,8 +1,6 @@
 """Where a run's wall time went, for --profile: run.json's `timeline_s`, `spares` and `fork_server`, and each
 record's `profile` (its stages' wall seconds and each worker command's own seconds)."""
 
-from __future__ import annotations
-
 import contextlib
 import threading
 import time

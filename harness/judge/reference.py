@@ -5,8 +5,6 @@ stay in the judge's memory; no candidate process ever holds them. Each lane (dev
 eager and under torch.compile, the way candidates are timed. The reference worker runs no candidate code.
 """
 
-from __future__ import annotations
-
 import statistics
 import threading
 import time

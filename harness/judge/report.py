@@ -1,7 +1,5 @@
 """Reports: the terminal table, summary.csv, summary.md and summary.json, from the run's records."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

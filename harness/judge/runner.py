@@ -5,8 +5,6 @@ the CPU) with its reference worker and candidate workers. Records are written as
 own threads run no candidate code.
 """
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -1,7 +1,5 @@
 """Static checks of a candidate's source, run in the judge so a cheat is caught before any of it runs."""
 
-from __future__ import annotations
-
 import ast
 import re
 from dataclasses import dataclass

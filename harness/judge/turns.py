@@ -1,7 +1,5 @@
 """Who may use a device when: timed commands take turns, and a spare worker's start waits for a window."""
 
-from __future__ import annotations
-
 import contextlib
 import threading
 

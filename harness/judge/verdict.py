@@ -4,8 +4,6 @@ Pure and deterministic; it runs in the judge, never in a process that ran candid
 that turns a measurement into a flag, or decides which timed calls are verified, is here with its reason.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 

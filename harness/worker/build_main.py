@@ -1,8 +1,6 @@
 """A build: `python -m harness.worker.build_main CANDIDATE RESULT CACHE` (or a fork) imports the candidate
 with the build cache installed and no GPU visible; the judge enforces the time limit and reads RESULT."""
 
-from __future__ import annotations
-
 import hashlib
 import importlib.util
 import json

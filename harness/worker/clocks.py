@@ -1,8 +1,6 @@
 """Clocks inside a worker: flush, clock, warm up by time, repeat until the error is small. Primitives are
 bound at import: a candidate patching `time` or `torch.cuda.Event` later changes nothing here."""
 
-from __future__ import annotations
-
 import bisect
 import ctypes
 import time

@@ -1,8 +1,6 @@
 """The worker: runs the reference or one candidate on the judge's commands and sends evidence, never a verdict
 (JSON, raw output frames or files; nothing from a candidate is unpickled, later patches are reported)."""
 
-from __future__ import annotations
-
 import importlib
 import json
 import os

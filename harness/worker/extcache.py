@@ -3,8 +3,6 @@ hit imports the library with no compiler or ninja; a miss builds under a file lo
 torch's own precompiled header is left alone (candidates could delete or rebuild it mid-run); with KBH_PCH=1
 a miss uses the cache's own (ensure_pch) once complete, which does not change the binary, so is not keyed."""
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import fnmatch

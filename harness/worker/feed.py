@@ -1,7 +1,5 @@
 """Fresh inputs for every timed call, drawn in batches ahead of the calls, verified after the fact."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -9,8 +9,6 @@ stale or wrong output moves P by about sqrt(sum w^2 ref^2), far more. Both run i
 stream-ordered after the call, with no host sync.
 """
 
-from __future__ import annotations
-
 import torch
 
 K = 1024

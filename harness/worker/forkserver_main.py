@@ -1,8 +1,6 @@
 """The fork server: imports torch and the worker once, then forks each worker and build in milliseconds (a
 fresh worker's imports took 9.6-11 s of a core under load on the H200 host). No candidate code runs here."""
 
-from __future__ import annotations
-
 import contextlib
 import ctypes
 import gc

@@ -1,7 +1,5 @@
 """A candidate's outputs in its worker: plain tensors only, in files the judge maps, then poisoned."""
 
-from __future__ import annotations
-
 import ctypes
 from typing import Any
 

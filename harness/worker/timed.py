@@ -1,8 +1,6 @@
 """The worker's timed commands (mixed into `commands.Worker`): loops on fresh inputs, graph replays, and calls
 the judge times with its own clock."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -1,8 +1,6 @@
 """What a worker watches in its own process: the callables the harness relies on, threads, the collector. It
 runs beside candidate code, so a clean report is evidence, never a verdict."""
 
-from __future__ import annotations
-
 import builtins
 import gc
 import os
