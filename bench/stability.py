@@ -12,6 +12,7 @@ between them, so a drift of the machine over the session lands on both.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -71,6 +72,7 @@ def main() -> None:
             cfg.setdefault("check", {})["seeds"] = 2
             cfg.setdefault("timing", {}).update({"compile_reference": False} | tim)
             config.write_text(yaml.safe_dump(cfg))
+            shutil.rmtree(base / f"arm{k}-run{i}", ignore_errors=True)  # run_eval continues a folder's records
             wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
                                      *(["--shapes", *args.shapes] if args.shapes else []), "--out",
                                      str(base / f"arm{k}-run{i}"), env=extra)
