@@ -95,8 +95,8 @@ class DrawNotRepeatable(RuntimeError):
 def deterministic_draw(fill_uninitialized: bool):
     """torch's deterministic mode around a draw (the caller's restored after): judge and candidate draw each
     seed apart and compare fingerprints; outside it, float cumsums on the H200 differed in 1 of 2,000 draws,
-    inside none (bench/draw_repeat.py). Filling new tensors (0.12-0.15 ms of a 0.4-0.8 ms draw on the H200,
-    bench/draw_cost.py) is off unless fill_uninitialized: the reference worker draws its checks both ways."""
+    inside none (bench/draws.py repeat). Filling new tensors (0.12-0.15 ms of a 0.4-0.8 ms draw on the H200,
+    bench/draws.py cost) is off unless fill_uninitialized: the reference worker draws its checks both ways."""
     import torch
     import torch.utils.deterministic as det
 

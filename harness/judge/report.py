@@ -51,10 +51,9 @@ def caption(device: str, device_name: str, metric: str, quantile: float) -> str:
     return (f"time_us: median of 'runs' timed calls, microseconds, {how}; device: {device_name}. "
             f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' {quantile:g} "
             "quantile (timing.speedup_quantile) over the candidate's, every call of each side pooled over "
-            "rounds timed in turn, rounds in a slow host phase left out (timing.phase_slack; record "
-            "'rounds' has each round; flag slow_host_phase: every round was slow); else reference median / "
+            "the rounds timed in turn (record diagnostics.rounds has each round); else reference median / "
             "candidate median; vs compile: torch.compile reference. x copy: the candidate over a copy of the "
-            "same bytes timed the same way (floor_copy_us), by rounds too.")
+            "same bytes timed the same way (floors.copy_us), by rounds too.")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:

@@ -75,7 +75,7 @@ class Fingerprinter:
     def exact_many(self, ts: list[torch.Tensor]) -> torch.Tensor:
         """exact() of each tensor, as one int64 tensor on their device, equal element for element. Tensors
         up to BATCH_BYTES are hashed together in a fixed number of kernels: a timed call's inputs and outputs
-        took 0.45-1.2 ms per call one by one on the H200 (bench/feed_cost.py), more than the call itself."""
+        took 0.45-1.2 ms per call one by one on the H200, more than the call itself."""
         if not ts:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         big = {k: self.exact(t) for k, t in enumerate(ts) if t.numel() * t.element_size() > BATCH_BYTES}
