@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -97,3 +98,12 @@ def run_eval(build_cache, tmp_path_factory):
         return RunResult(p.returncode, p.stdout, p.stderr, out, records)
 
     return run
+
+
+def fresh_cache_with_header(build_cache, dest):
+    """A cache with no builds in it, holding the session's precompiled header where one exists: the candidate
+    compiles here, never answered by an earlier run's build."""
+    dest.mkdir()
+    if (build_cache / "pch").is_dir():
+        shutil.copytree(build_cache / "pch", dest / "pch")
+    return dest

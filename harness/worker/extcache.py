@@ -172,9 +172,15 @@ def pch_folder(cache_dir: Path, args: list[str], toolchain: str) -> Path:
     return Path(cache_dir) / "pch" / digest([CACHE_VERSION, args[:i] + args[i + 2:], toolchain])[:24]
 
 
+SHIM = "#include_next <torch/extension.h>\n"
+"""Text beside the .gch: gcc uses a precompiled header for the first include only, and any later or
+mismatched include of torch/extension.h (a candidate's own, an nvcc compile) then reads the header's folder
+for the text; the shim hands it on to torch's own header."""
+
+
 def ready_pch(cache_dir: Path) -> Path | None:
-    """The cache's header for this torch and compiler if complete (it appears by rename) and alone: on CPATH,
-    its folder precedes torch's, so any other header in it (ATen/, torch/extension.h) would replace theirs."""
+    """The cache's header for this torch and compiler if complete (it appears by rename) with only its shim: on
+    CPATH, its folder precedes torch's, so any other header in it (ATen/, torch/...) would replace theirs."""
     try:
         args = pch_command()
         if args is None:
@@ -184,8 +190,12 @@ def ready_pch(cache_dir: Path) -> Path | None:
     except Exception:
         return None
     only_header = top <= {"torch", "meta.json", "build.lock"} and all(
-        n == "extension.h.gch" or fnmatch.fnmatchcase(n, partial_header("*")) for n in inner)
-    return folder if only_header and (folder / "torch" / "extension.h.gch").is_file() else None
+        n in ("extension.h.gch", "extension.h") or fnmatch.fnmatchcase(n, partial_header("*")) for n in inner)
+    try:
+        shim_ok = (folder / "torch" / "extension.h").read_text() == SHIM
+    except OSError:
+        return None
+    return folder if only_header and shim_ok and (folder / "torch" / "extension.h.gch").is_file() else None
 
 
 @contextlib.contextmanager
@@ -212,10 +222,15 @@ def ensure_pch(cache_dir: Path, toolchain: str) -> Path | None:
         return None
     folder = pch_folder(cache_dir, args, toolchain)
     target = folder / "torch" / "extension.h.gch"
-    if target.is_file():
+    if target.is_file() and target.with_name("extension.h").is_file():
         return folder
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(folder / "build.lock"):
+        shim = target.with_name("extension.h")
+        if not shim.is_file():
+            tmp = shim.with_name(partial_header(os.getpid()))
+            tmp.write_text(SHIM)
+            tmp.replace(shim)
         if not target.is_file():
             tmp = target.with_name(partial_header(os.getpid()))
             i = args.index("-o")
