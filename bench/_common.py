@@ -17,13 +17,14 @@ FAST = REPO / "solutions" / "pack_tokens" / "fast_vec16.py"
 CONFIG = REPO / "configs" / "pack_tokens.yaml"
 
 
-def run_eval(*args: str, log: Path | None = None, env: dict | None = None) -> tuple[float, Path, int]:
-    """Run run_eval.py; return wall seconds, output folder (--out's value) and exit code; `env` adds environment
-    variables (workers inherit them, but for PYTHONHASHSEED: always 0 there)."""
+def run_eval(*args: str, log: Path | None = None, env: dict | None = None,
+             repo: Path = REPO) -> tuple[float, Path, int]:
+    """Run run_eval.py (of another checkout with `repo`); return wall seconds, output folder (--out's value) and
+    exit code; `env` adds environment variables (workers inherit them, but for PYTHONHASHSEED: always 0 there)."""
     out = Path(args[args.index("--out") + 1])
     t0 = time.monotonic()
     with open(log or out.with_suffix(".log"), "w") as f:
-        rc = subprocess.run([sys.executable, str(REPO / "run_eval.py"), *args], cwd=REPO, stdout=f,
+        rc = subprocess.run([sys.executable, str(repo / "run_eval.py"), *args], cwd=repo, stdout=f,
                             stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {}))).returncode
     return time.monotonic() - t0, out, rc
 

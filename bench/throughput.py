@@ -3,6 +3,8 @@ cache) and warm (same cache), against one cold build of a single candidate; opti
 kernels under other extension names) in the warm cache, which then holds torch/extension.h's precompiled header.
 
     python bench/throughput.py [--shapes seed] [--singles 1] [--new] [--gpus N]
+    python bench/throughput.py --ab-tree DIR [--pairs 2]   # interleaved cold batches: this tree vs DIR's
+
 
 Targets on the H200 host: the cold batch in at most 3x one cold build's time; the warm batch at most 3 s per
 candidate. Each batch runs with --profile: the table says when the first candidate started and where the CPUs went.
@@ -19,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import _common
 from _common import CONFIG, candidate_variant, md_table, records, run_eval, run_json
 
 GRID = {"THREADS": (128, 256), "MAX_VEC": (8, 16), "FLAT_ITEMS": (1, 2, 4, 8)}
@@ -91,12 +94,17 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="*", default=None)
     ap.add_argument("--singles", type=int, default=2, help="cold builds of one candidate for the baseline")
     ap.add_argument("--new", action="store_true", help="also a batch of new candidates in the warm cache")
+    ap.add_argument("--ab-tree", type=Path, help="another checkout: cold batches and single builds alternate "
+                    "between this tree's run_eval.py and its, on the same candidates (A B B A ...)")
+    ap.add_argument("--pairs", type=int, default=1, help="with --ab-tree: cold batches per arm")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="kbh-throughput-"))
     combos = list(itertools.product(*GRID.values()))
     cands = [str(candidate_variant(base / "candidates", "fast_t{}_v{}_i{}".format(*c), dict(zip(GRID, c)))) for c in combos]
     common = [str(CONFIG), "--device", "cuda", *(["--gpus", args.gpus] if args.gpus else []),
               *(["--shapes", *args.shapes] if args.shapes else [])]
+    if args.ab_tree:
+        return ab_cold(args, base, cands, common)
     rows, walls = [], {}
     for label in ("cold", "warm", "new") if args.new else ("cold", "warm"):
         batch = cands
@@ -134,6 +142,30 @@ def main() -> None:
         print(f"\none cold build: {min(singles):.0f} s (fastest of {len(singles)}); cold batch / one cold build = "
               f"{walls['cold'] / min(singles):.2f} (target <= 3)")
     print(f"warm batch per candidate = {walls['warm'] / len(cands):.2f} s (target <= 3); runs in {base}")
+
+
+def ab_cold(args, base: Path, cands: list[str], common: list[str]) -> None:
+    """Cold batch / one cold build, per arm, in alternation on one host: a difference between trees measured in
+    one host phase, not across calls whose hosts differ."""
+    trees = {"A (this tree)": _common.REPO, f"B ({args.ab_tree})": args.ab_tree.resolve()}
+    order = [arm for k in range(args.pairs) for arm in (list(trees) if k % 2 == 0 else list(trees)[::-1])]
+    rows, walls = [], {arm: [] for arm in trees}
+    for k, arm in enumerate(order):
+        tag = f"{k}{'ab'[list(trees).index(arm)]}"
+        wall, out, rc = run_eval(*common, "--solution", *cands, "--cache", str(base / f"cache_{tag}"),
+                                 "--out", str(base / f"cold_{tag}"), repo=trees[arm])
+        swall, sout, _ = run_eval(*common, "--build-only", "--solution", cands[0], "--cache",
+                                  str(base / f"cache_single_{tag}"), "--out", str(base / f"single_{tag}"), repo=trees[arm])
+        single = run_json(sout)["builds"][Path(cands[0]).stem]["seconds"]
+        walls[arm].append((wall, single))
+        recs = records(out)
+        rows.append([k, arm, f"{wall:.1f}", f"{single:.1f}", f"{wall / single:.2f}", rc,
+                     f"{sum(r['status'] == 'correct' for r in recs)}/{len(recs)}"])
+        print(f"{arm}: cold batch {wall:.1f} s, single build {single:.1f} s", flush=True)
+    print(md_table(["#", "arm", "cold batch s", "one cold build s", "ratio", "exit", "correct"], rows))
+    for arm, ws in walls.items():
+        print(f"{arm}: cold batch median {statistics.median(w for w, _ in ws):.1f} s, ratio median "
+              f"{statistics.median(w / s for w, s in ws):.2f} over {len(ws)}")
 
 
 if __name__ == "__main__":
