@@ -106,6 +106,8 @@ def test_header_found_only_when_complete_and_only_for_its_compiler(tmp_path, mon
     (header / "tmp-123.gch").write_bytes(b"partial")
     assert extcache.ready_pch(tmp_path) is None
     (header / "extension.h.gch").write_bytes(b"complete")
+    assert extcache.ready_pch(tmp_path) is None  # no shim: a second include of the header would find nothing
+    (header / "extension.h").write_text(extcache.SHIM)
     assert extcache.ready_pch(tmp_path) == header.parent
     in_build_worker = subprocess.run(  # as a build worker sees it: after install() disabled torch's own header
         [sys.executable, "-c", "import sys; from harness.worker import extcache; extcache.install(sys.argv[1]); "
@@ -120,7 +122,7 @@ def test_header_found_only_when_complete_and_only_for_its_compiler(tmp_path, mon
     (header.parent / "ATen").rmdir()
     (header / "extension.h").write_text("#error planted\n")
     assert extcache.ready_pch(tmp_path) is None
-    (header / "extension.h").unlink()
+    (header / "extension.h").write_text(extcache.SHIM)
     assert extcache.ready_pch(tmp_path) == header.parent
 
 
