@@ -108,7 +108,7 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
             prev = json.loads(run_json.read_text())
             master, given = int(prev["seeds"]["master"]), bool(prev["seeds"].get("given"))
             run_id = prev.get("run_id", run_id)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError):
             raise UsageError(f"--resume {args.resume}: run.json is not readable") from None
         if args.seed is not None and args.seed != master:
             raise UsageError(f"--seed {args.seed}: the run in {args.resume} used seed {master}")
