@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,14 +57,9 @@ def partial_header(pid: int | str) -> str:
 
 def toolchain_id(device: str) -> str:
     """Compiler versions (KBH_TOOLCHAIN, part of every key): c++ and, for CUDA runs, nvcc."""
-    import shutil
-    import subprocess
-
     parts = []
-    for cmd in (["c++", "--version"], ["nvcc", "--version"] if device == "cuda" else None):
-        if cmd is None or shutil.which(cmd[0]) is None:
-            continue
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired, IndexError):
+    for cmd in [["c++", "--version"], ["nvcc", "--version"]][:2 if device == "cuda" else 1]:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired, IndexError):  # OSError: not installed
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
             parts.append(out[0] if cmd[0] == "c++" else out[-1])
     return " | ".join(parts)

@@ -97,10 +97,6 @@ class LoopSettings:
     target_rse: float = 0.005
     quantile: float = 0.1
 
-    @classmethod
-    def of(cls, t: TimingSettings) -> LoopSettings:
-        return cls(t.warmup_ms, t.min_runs, t.max_runs, t.budget_s, t.target_rse, t.speedup_quantile)
-
     def json(self) -> dict:
         return asdict(self)
 

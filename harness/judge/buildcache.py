@@ -43,13 +43,11 @@ def memo_store(cache_dir: Path, key: str, build_events: list[dict]) -> None:
 
 def _read_plain(path: Path, inside: str) -> bytes | None:
     """A regular file's bytes, opened without following a link, from a folder another user controls."""
-    if not os.path.realpath(path.parent).startswith(inside + os.sep):
-        return None
-    try:
-        with open_regular(path) as f:
-            return f.read()
-    except (OSError, ValueError):
-        return None
+    with contextlib.suppress(OSError, ValueError):
+        if os.path.realpath(path.parent).startswith(inside + os.sep):
+            with open_regular(path) as f:
+                return f.read()
+    return None
 
 
 def adopt_staged(cache_dir: Path, staging: Path, build_events: list[dict]) -> list[str]:
@@ -63,8 +61,7 @@ def adopt_staged(cache_dir: Path, staging: Path, build_events: list[dict]) -> li
         if (not ev.get("ok") or ev.get("cached") or not EXT_NAME.fullmatch(name) or not EXT_KEY.fullmatch(key)
                 or extension_ready(cache_dir, name, key)):
             continue
-        src = ext_folder(staging, key)
-        blobs = {f: _read_plain(src / f, inside) for f in (f"{name}.so", "meta.json")}
+        blobs = {f: _read_plain(ext_folder(staging, key) / f, inside) for f in (f"{name}.so", "meta.json")}
         if any(b is None for b in blobs.values()):
             continue
         dst = ext_folder(cache_dir, key)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +38,15 @@ class RunningBuilds:
     @contextlib.contextmanager
     def frozen(self, except_name: str | None = None):
         """Every running build stopped (SIGSTOP) but one's, continued afterwards."""
-        with self._lock:
-            pids = [pid for pid, name in self._names.items() if name != except_name]
-        with groups_stopped(pids):
+        with groups_stopped(self._pids(except_name)):
             yield
 
-    def kill_all(self) -> None:
+    def _pids(self, except_name: str | None = None) -> list[int]:
         with self._lock:
-            pids = list(self._names)
-        for pid in pids:
+            return [pid for pid, name in self._names.items() if name != except_name]
+
+    def kill_all(self) -> None:
+        for pid in self._pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
 
@@ -113,18 +113,8 @@ def build_nice(order: int) -> int:
 
 
 def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
-    arch_env = {"TORCH_CUDA_ARCH_LIST": arch} if arch else {}
-    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **arch_env}
-
-
-def extension_root(cache_dir: Path, memo_key: str, isolate: bool) -> Path:
-    """Where a candidate's extensions live: the shared cache, or under --isolate a folder of its own named by
-    its memo key, which only the judge writes: no other candidate's build can place a library there."""
-    if not isolate:
-        return cache_dir
-    root = cache_dir / "by-source" / memo_key
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain,
+            **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
 
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
@@ -135,7 +125,11 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     t0 = time.monotonic()
     full_env = forkserver.worker_env(repo_root, env)
     memo_key = build_memo_key(cand.sha256, full_env)
-    root = extension_root(cache_dir, memo_key, isolate)
+    # the extensions' folder: the shared cache, or under --isolate one of the candidate's own named by its memo
+    # key, which only the judge writes: no other candidate's build can place a library there
+    root = cache_dir / "by-source" / memo_key if isolate else cache_dir
+    if isolate:
+        root.mkdir(parents=True, exist_ok=True)
     ext_root, log = (str(root) if isolate else None), str(log_path)
     if memo_lookup(root, memo_key) is not None:
         return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
@@ -174,25 +168,23 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
                 RUNNING.remove(proc.pid)
         seconds = time.monotonic() - t0
         try:
-            data = json.loads(result_path.read_text())
+            data = dict(json.loads(result_path.read_text()))
             result_path.unlink()
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             message = f"build process ended without a result (exit code {proc.returncode})"
             return BuildResult("deferred", message, seconds, log=log, ext_root=ext_root)
         events = data.get("events") or []
         events = events if isinstance(events, list) and all(isinstance(ev, dict) for ev in events) else []
         if ident is not None:
             adopt_staged(root, ident.staging, events)
-        status, message = data.get("status"), data.get("message", "")
         cached = bool(events) and all(ev.get("cached") for ev in events)
-        if status == "built":
+        if data.get("status") == "built":
             memo_store(root, memo_key, events)
-            pch = any(ev.get("pch") for ev in events)
-            return BuildResult("built", "", seconds, cached, log, pch, ext_root=ext_root)
-        if status == "compile_error":
-            return BuildResult("compile_error", message, seconds, False, log, ext_root=ext_root)
-        # any other failure (no ModelNew, no compiler error) is decided by the worker, with the device visible
-        return BuildResult("deferred", message, seconds, cached, log, ext_root=ext_root)
+            return BuildResult("built", "", seconds, cached, log, any(ev.get("pch") for ev in events), ext_root=ext_root)
+        # any failure but a compiler error (no ModelNew, ...) is decided by the worker, with the device visible
+        status = "compile_error" if data.get("status") == "compile_error" else "deferred"
+        return BuildResult(status, data.get("message", ""), seconds, cached and status == "deferred", log,
+                           ext_root=ext_root)
     finally:
         if ident is not None:
             ident.end()
@@ -231,8 +223,7 @@ class HeaderBuild:
                 line = next((ln for ln in out.splitlines() if ln.startswith("PCH ")), "")
                 self.folder = line[4:].strip() or None
                 if self.status != "stopped":
-                    self.status = ("ready" if self.folder
-                                   else "none" if self._proc.returncode == 0 else "failed")
+                    self.status = "ready" if self.folder else "none" if self._proc.returncode == 0 else "failed"
             except subprocess.TimeoutExpired:
                 self.stop()
                 self.status = "timeout"
@@ -259,14 +250,11 @@ class HeaderBuild:
                 "seconds": round(self.seconds, 2) if self.seconds is not None else None}
 
 
-class BuildPool:
+class BuildPool(ThreadPoolExecutor):
     def __init__(self, jobs: int):
-        self.executor = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="kbh-build")
+        super().__init__(max_workers=max(1, jobs), thread_name_prefix="kbh-build")
 
-    def submit(self, fn, *args, **kwargs) -> Future:
-        return self.executor.submit(fn, *args, **kwargs)
-
-    def shutdown(self) -> None:
+    def shutdown(self, wait: bool = False, *, cancel_futures: bool = True) -> None:
         """Cancel queued builds and kill running ones (a run that stops early must not wait for them)."""
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
         RUNNING.kill_all()

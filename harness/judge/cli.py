@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import secrets
 import sys
 import time
@@ -16,7 +17,7 @@ from ..settings import STATIC_POLICIES
 from . import forkserver, isolation
 from .builds import default_jobs
 from .config import load_config
-from .plan import Plan, default_cache_dir, expand_solutions, name_solutions, parse_lanes, select_shapes
+from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,18 +106,17 @@ def make_plan(args: argparse.Namespace, console: Console) -> Plan:
             raise UsageError(f"--resume {args.resume}: no run.json in that folder")
         try:
             prev = json.loads(run_json.read_text())
-            prev_seed = int(prev["seeds"]["master"])
+            master, given = int(prev["seeds"]["master"]), bool(prev["seeds"].get("given"))
             run_id = prev.get("run_id", run_id)
         except (ValueError, KeyError, TypeError):
             raise UsageError(f"--resume {args.resume}: run.json is not readable") from None
-        if args.seed is not None and args.seed != prev_seed:
-            raise UsageError(f"--seed {args.seed}: the run in {args.resume} used seed {prev_seed}")
-        master, given = prev_seed, bool(prev["seeds"].get("given"))
+        if args.seed is not None and args.seed != master:
+            raise UsageError(f"--seed {args.seed}: the run in {args.resume} used seed {master}")
         notes.append(f"resumed {args.resume}")
-    cache_dir = Path(args.cache).resolve() if args.cache else default_cache_dir(REPO_ROOT)
+    default_cache = os.environ.get("KBH_CACHE", REPO_ROOT / ".cache" / "kbh")
+    cache_dir = Path(args.cache).resolve() if args.cache else Path(default_cache)
     if args.isolate:
-        folders = {"the build cache": cache_dir, "the output folder": out_dir}
-        isolation.check_available(REPO_ROOT, folders, device)
+        isolation.check_available(REPO_ROOT, {"the build cache": cache_dir, "the output folder": out_dir}, device)
     return Plan(config=config, problem=src, device=device, shapes=shapes, solutions=name_solutions(paths),
                 master_seed=master, seed_given=given, seeds=args.seeds or config.check.seeds,
                 static_policy=args.static_checks or config.static_checks,
@@ -133,28 +133,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.build_only or args.isolate):
         forkserver.start(REPO_ROOT)
     try:
-        return _run(args, console)
+        try:
+            plan = make_plan(args, console)
+        except UsageError as e:
+            sys.stderr.write(f"run_eval.py: error: {e}\n")
+            return 2
+        from .runner import Runner
+
+        console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
+                      f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
+        try:
+            records = Runner(plan, console, REPO_ROOT).run()
+        except KeyboardInterrupt:
+            sys.stderr.write(f"run_eval.py: interrupted; finished records are in {plan.out_dir} (--resume it)\n")
+            return 130
+        except RuntimeError as e:
+            sys.stderr.write(f"run_eval.py: error: {e}\n")
+            return 1
+        console.print(f"results: {plan.out_dir}")
+        return 1 if args.strict and any(r.status != "correct" for r in records) else 0
     finally:
         forkserver.stop()
-
-
-def _run(args: argparse.Namespace, console: Console) -> int:
-    try:
-        plan = make_plan(args, console)
-    except UsageError as e:
-        sys.stderr.write(f"run_eval.py: error: {e}\n")
-        return 2
-    from .runner import Runner
-
-    console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
-                  f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
-    try:
-        records = Runner(plan, console, REPO_ROOT).run()
-    except KeyboardInterrupt:
-        sys.stderr.write(f"run_eval.py: interrupted; finished records are in {plan.out_dir} (--resume it)\n")
-        return 130
-    except RuntimeError as e:
-        sys.stderr.write(f"run_eval.py: error: {e}\n")
-        return 1
-    console.print(f"results: {plan.out_dir}")
-    return 1 if args.strict and any(r.status != "correct" for r in records) else 0

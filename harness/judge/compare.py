@@ -1,8 +1,6 @@
-"""Compare a candidate's outputs with the reference's, in the judge: pure functions over CPU tensors.
-
-Same count, shape, dtype and device; NaN and Inf in the same places; finite values within atol + rtol * |ref|
-(exact when both are zero). The check of timed calls' fingerprints lives here too.
-"""
+"""Compare a candidate's outputs with the reference's, in the judge (pure functions over CPU tensors): same count,
+shape, dtype and device; NaN and Inf in the same places; finite values within atol + rtol * |ref| (exact when
+both are zero). The check of timed calls' fingerprints lives here too."""
 
 import math
 from dataclasses import replace
@@ -86,13 +84,12 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
     if not bad_total:
         return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel)
     first_idx = tuple(int(i) for i in np.unravel_index(first, tuple(ref.shape))) if ref.dim() else ()
-    got, want = cf[first].item(), rf[first].item()
-    kind = "uninitialized_output" if uninit else "mismatch"
-    detail = (f"{bad_total} of {rf.numel()} elements differ; first at {list(first_idx)}: got {got!r}, "
-              f"expected {want!r}")
+    detail = (f"{bad_total} of {rf.numel()} elements differ; first at {list(first_idx)}: got {cf[first].item()!r}, "
+              f"expected {rf[first].item()!r}")
     if uninit:
         detail += " (NaN where the reference has a value: rows left unwritten read as poison)"
-    return Comparison(False, kind, detail, max_abs, max_rel, first_idx, bad_total, uninit)
+    return Comparison(False, "uninitialized_output" if uninit else "mismatch", detail, max_abs, max_rel, first_idx,
+                      bad_total, uninit)
 
 
 def compare_outputs(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.Tensor]],
@@ -113,9 +110,8 @@ def compare_outputs(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict,
 
 def same_as(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.Tensor]], tol_for) -> bool:
     """True when the candidate's outputs match these reference outputs (used to spot replays)."""
-    if len(ref) != len(cand):
-        return False
-    return all(compare_tensor(rt, ct, tol_for(rm["dtype"])).ok for (rm, rt), (_, ct) in zip(ref, cand))
+    return len(ref) == len(cand) and all(compare_tensor(rt, ct, tol_for(rm["dtype"])).ok
+                                         for (rm, rt), (_, ct) in zip(ref, cand))
 
 
 def fingerprint_matches(ref_fp: list, cand_fp: list, tols: list[Tolerance]) -> bool:
@@ -127,11 +123,10 @@ def fingerprint_matches(ref_fp: list, cand_fp: list, tols: list[Tolerance]) -> b
         return False
     for k, tol in enumerate(tols):
         if tol.exact or r_proj is None or c_proj is None:
-            if r_exact[k] != c_exact[k]:
-                return False
-            continue
-        p_ref, _, abs_wr, s2 = r_proj[k]
-        bound = PROJECTION_SIGMAS * s2 ** 0.5 + 1e-7 * abs_wr + 1e-12
-        if not abs(c_proj[k][0] - p_ref) <= bound:
+            good = r_exact[k] == c_exact[k]
+        else:
+            p_ref, _, abs_wr, s2 = r_proj[k]
+            good = abs(c_proj[k][0] - p_ref) <= PROJECTION_SIGMAS * s2 ** 0.5 + 1e-7 * abs_wr + 1e-12
+        if not good:
             return False
     return True

@@ -73,12 +73,12 @@ class _File:
             v = float(v)
         return v
 
-    def settings(self, cls: type, data: Any, name: str, skip: tuple[str, ...] = ()) -> dict:
-        """The keys of one settings class from its section of the file, defaults filled in."""
+    def settings(self, cls: type, data: Any, name: str, **given: Any) -> Any:
+        """One settings class from its section of the file, defaults filled in; `given` fields are not read."""
         data = self.mapping(data, name, tuple(f.name for f in fields(cls)))
         inst = cls()
-        return {f.name: self.value(f"{name}.{f.name}", data.get(f.name, getattr(inst, f.name)), getattr(inst, f.name))
-                for f in fields(cls) if f.name not in skip}
+        return cls(**given, **{f.name: self.value(f"{name}.{f.name}", data.get(f.name, getattr(inst, f.name)),
+                                                  getattr(inst, f.name)) for f in fields(cls) if f.name not in given})
 
     def file(self, base: Path, value: Any, key: str) -> Path:
         if not isinstance(value, str) or not value:
@@ -87,17 +87,6 @@ class _File:
         if not p.is_file():
             raise UsageError(f"{self.path}: {key}: file not found: {value}")
         return p
-
-
-def _shapes(f: _File, data: Any) -> tuple[Shape, ...]:
-    shapes = []
-    for name, params in f.mapping(data, "shapes").items():
-        params = f.mapping(params, f"shapes.{name}")
-        for k, v in params.items():
-            if not isinstance(v, (int, float, str, bool)) and v is not None:
-                f.fail(f"shapes.{name}.{k}", "expected a number, string, boolean or null", v)
-        shapes.append(Shape(str(name), dict(params)))
-    return tuple(shapes) or (Shape("default", {}),)
 
 
 def load_config(path: str | Path) -> Config:
@@ -124,13 +113,19 @@ def load_config(path: str | Path) -> Config:
         if not isinstance(items, list):
             f.fail(f"solutions.{dev}", "expected a list of files", items)
         solutions[dev] = tuple(f.file(base, v, f"solutions.{dev}[{i}]") for i, v in enumerate(items))
-    shapes = _shapes(f, top.get("shapes"))
+    shapes = []
+    for name, params in f.mapping(top.get("shapes"), "shapes").items():
+        for k, v in f.mapping(params, f"shapes.{name}").items():
+            if not isinstance(v, (int, float, str, bool)) and v is not None:
+                f.fail(f"shapes.{name}.{k}", "expected a number, string, boolean or null", v)
+        shapes.append(Shape(str(name), dict(params or {})))
+    shapes = tuple(shapes) or (Shape("default", {}),)
     chk = f.mapping(top.get("check"), "check", tuple(x.name for x in fields(CheckSettings)))
     tolerance = {"default": Tolerance()}
     for dtype, spec in f.mapping(chk.get("tolerance"), "check.tolerance").items():
-        tolerance[str(dtype)] = Tolerance(**f.settings(Tolerance, spec, f"check.tolerance.{dtype}"))
-    check = CheckSettings(**f.settings(CheckSettings, chk, "check", skip=("tolerance",)), tolerance=tolerance)
-    timing = TimingSettings(**f.settings(TimingSettings, top.get("timing"), "timing"))
+        tolerance[str(dtype)] = f.settings(Tolerance, spec, f"check.tolerance.{dtype}")
+    check = f.settings(CheckSettings, chk, "check", tolerance=tolerance)
+    timing = f.settings(TimingSettings, top.get("timing"), "timing")
     if timing.max_runs < timing.min_runs:
         f.fail("timing.max_runs", f"expected at least timing.min_runs ({timing.min_runs})", timing.max_runs)
     static = f.value("static_checks", top.get("static_checks", Config.static_checks), Config.static_checks)
@@ -139,6 +134,6 @@ def load_config(path: str | Path) -> Config:
     if not isinstance(cpu_shapes, list) or any(n not in names for n in cpu_shapes):
         f.fail("cpu_shapes", f"expected a list of shape names ({', '.join(names)})", cpu_shapes)
     return Config(path=file.resolve(), problem=problem, solutions=solutions, shapes=shapes, check=check,
-                  timing=timing, build=BuildSettings(**f.settings(BuildSettings, top.get("build"), "build")),
-                  timeouts=Timeouts(**f.settings(Timeouts, top.get("timeouts"), "timeouts")), static_checks=static,
+                  timing=timing, build=f.settings(BuildSettings, top.get("build"), "build"),
+                  timeouts=f.settings(Timeouts, top.get("timeouts"), "timeouts"), static_checks=static,
                   cpu_shapes=tuple(cpu_shapes))

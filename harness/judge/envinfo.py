@@ -3,28 +3,24 @@
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 
-def _run(cmd: list[str], cwd: Path | None = None, succeeded: bool = False) -> str:
-    """The command's output; "" when it is missing, times out, or (with succeeded) exits non-zero."""
-    if shutil.which(cmd[0]) is None:
-        return ""
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    """The command's output; "" when it is missing, times out or fails (nvidia-smi prints its errors there)."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return "" if succeeded and out.returncode != 0 else out.stdout.strip()
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def gpu_arch_hint() -> str | None:
     """The compute capability all GPUs report through nvidia-smi, or None: builds start while the reference
     workers still create their CUDA contexts (about 10 s on the H200); the runner checks it against torch."""
-    out = _run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], succeeded=True)
-    caps = set(out.split())
+    caps = set(_run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).split())
     return caps.pop() if len(caps) == 1 and re.fullmatch(r"\d+\.\d+", next(iter(caps))) else None
 
 

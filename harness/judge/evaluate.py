@@ -1,12 +1,8 @@
-"""Evaluate one candidate on one lane: drive its worker, gather evidence, hand it to the verdict.
+"""Evaluate one candidate on one lane: drive its worker, gather evidence, hand it to the verdict. Per shape:
+checks on fresh seeds (outputs compared here, in the judge), timed calls in rounds paired with the reference, a
+sample of them verified by fingerprint after the fact, one more full check after timing, the judge's own clock,
+then CUDA-graph replay. A worker that dies, hangs or hits a CUDA error is discarded; the next shape starts anew."""
 
-Per shape: checks on fresh seeds (outputs compared here, in the judge), timed calls in rounds paired with the
-reference, a sample of them verified by fingerprint after the fact, one more full check after timing, the
-judge's own clock, then CUDA-graph replay. A worker that dies, hangs or hits a CUDA error is discarded; the next
-shape starts a clean one.
-"""
-
-import contextlib
 import dataclasses
 import json
 import secrets
@@ -18,7 +14,7 @@ from ..seeds import derive
 from ..settings import Shape
 from ..stats import Round, summarize
 from . import verdict
-from .builds import RUNNING, BuildResult, Candidate
+from .builds import BuildResult, Candidate
 from .compare import compare_outputs, fingerprint_matches, read_output_file, same_as
 from .evidence import CheckOutcome, Evidence, TimedVerification
 from .figures import make_record
@@ -27,11 +23,10 @@ from .profile import seconds_into
 from .records import Record
 from .reference import RefTiming
 
-INIT_TIMEOUT_S = 600.0
 JUDGE_ROUNDS = 20
+POISON_BYTES = 4 * 2**30
 STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
-          "judge_timed": "forward during clock cross-check", "graph": "CUDA graph capture", "load": "import",
-          "log": "worker", "init": "worker start-up"}
+          "graph": "CUDA graph capture", "load": "import", "log": "worker"}
 
 
 class CandidateFailure(Exception):
@@ -47,26 +42,22 @@ def safe_name(name: str) -> str:
 
 
 class CandidateEvaluation:
-    def __init__(self, lane, cand: Candidate, build: BuildResult, spares, static_errors: list[str],
-                 static_warnings: list[str], tampered):
+    def __init__(self, lane, cand: Candidate, build: BuildResult, spares, static: tuple[list[str], list[str]]):
         self.lane = lane
         self.plan = lane.plan
         self.cand = cand
         self.build = build
         self.spares = spares
-        self.static_errors = static_errors
-        self.static_warnings = static_warnings
-        self.tampered = tampered
+        self.static_errors, self.static_warnings = static
         self.worker: WorkerHandle | None = None
         self.patched: set[str] = set()
         self.log = lane.log_dir / f"{safe_name(cand.name)}.log"
         self.token = secrets.token_hex(6)
-        self.stages: dict[str, float] = {}
-        self.worker_s: dict[str, float] = {}
+        self.tol_for = self.plan.config.check.tolerance_for
 
     # -- worker plumbing -------------------------------------------------------------------
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
-        with self.lane.gate.shared(), self.lane.turn.around(cmd):
+        with self.lane.tamper.gate.shared(), self.lane.ref.turn.around(cmd):
             reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
         self.worker_s[cmd] = self.worker_s.get(cmd, 0.0) + reply.get("worker_s", 0.0)
         self.patched.update(reply.get("patched") or [])
@@ -77,11 +68,6 @@ class CandidateEvaluation:
                 raise CandidateFailure(f"harness: {reply.get('message', '')}")
             raise CandidateFailure(f"{STAGES.get(cmd, cmd)}: {reply.get('message', 'failed')}", bool(reply.get("cuda_error")))
         return reply
-
-    def _discard(self) -> None:
-        if self.worker is not None:
-            self.worker.kill()
-            self.worker = None
 
     def _start_worker(self) -> None:
         """A spare worker, then the candidate's import in it (from its own folder of the cache under --isolate)."""
@@ -94,33 +80,32 @@ class CandidateEvaluation:
             deadline = time.monotonic() + self.plan.config.timeouts.load_s
             w.give_log(self.log)
             self._ask("log", deadline, path=str(self.log))
-            roots = {"cache_dir": self.build.ext_root} if self.build is not None and self.build.ext_root else {}
             try:
                 self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
-                          poison_bytes=self.lane.poison_bytes, **roots)
+                          poison_bytes=POISON_BYTES if self.plan.device == "cuda" else 0, cache_dir=self.build.ext_root)
             except WorkerGone as g:
                 raise WorkerGone(g.kind, f"while importing: {g}") from None
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Let the worker go (killed: one that may be unusable, after a CUDA error or a failed capture)."""
         if self.worker is not None:
-            self.worker.close()
+            (self.worker.kill if kill else self.worker.close)()
             self.worker = None
 
     # -- per shape ---------------------------------------------------------------------------
     def evaluate_shape(self, shape: Shape) -> Record:
         t0 = time.monotonic()
-        self.stages, self.worker_s = {}, {}
-        self.lane.turn.open_to_spares(True)
+        self.stages: dict[str, float] = {}  # this shape's wall seconds, by stage
+        self.worker_s: dict[str, float] = {}  # and its worker commands' own seconds
+        self.lane.ref.turn.open_to_spares(True)
         ref = self.lane.store.get(shape.name)
         ref_t = self.lane.timings.get(shape.name, RefTiming())
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors, static_warnings=self.static_warnings,
                       static_policy=self.plan.static_policy, min_bytes=ref.min_bytes, cache_bytes=self.lane.cache_bytes,
-                      empty_gap_us=ref_t.empty_gap_us)
-        ev.floor_launch_us, ev.copy_gbps = self._floors(ev, [ref_t.floor_launch.median_us] if ref_t.floor_launch else [],
-                                                        [ref_t.floor_copy.median_us] if ref_t.floor_copy else [])
-        if ref.error:
-            ev.reference_error = ref.error
-        else:
+                      empty_gap_us=ref_t.empty_gap_us, reference_error=ref.error)
+        self._floors(ev, [m.median_us for m in [ref_t.floor_launch] if m],
+                     [m.median_us for m in [ref_t.floor_copy] if m])
+        if not ref.error:
             try:
                 if self.worker is None:
                     self._start_worker()
@@ -128,26 +113,21 @@ class CandidateEvaluation:
             except WorkerGone as g:
                 ev.failure = ("timeout" if g.kind == "timeout" else "runtime_error",
                               f"{'time limit' if g.kind == 'timeout' else 'crash'}: {g}")
-                self.worker = None
+                self.close(kill=True)
             except CandidateFailure as e:
                 if e.bad_output:
                     ev.bad_output = (e.bad_output, str(e))
                 else:
                     ev.failure = ("runtime_error", str(e))
                 if e.cuda_error or e.bad_output == "no_modelnew":
-                    self._discard()
+                    self.close(kill=True)
         ev.patched = set(self.patched)
-        ev.tampered = self.tampered()
-        profile = None
-        if self.plan.profile:
-            profile = {"eval_seconds": round(time.monotonic() - t0, 3),
-                       "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
-                       "worker_seconds": {k: round(v, 3) for k, v in self.worker_s.items()}}
+        ev.tampered = self.lane.tamper.tampered_by(self.cand.name)
+        profile = {"eval_seconds": round(time.monotonic() - t0, 3),
+                   "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
+                   "worker_seconds": {k: round(v, 3) for k, v in self.worker_s.items()}} if self.plan.profile else None
         return make_record(self.plan, self.lane, self.cand, shape, ev, ref_t, str(self.log),
                            self.keep_raw(shape, ev.rounds), profile)
-
-    def _tol_for(self, dtype: str):
-        return self.plan.config.check.tolerance_for(dtype)
 
     def _check(self, ev: Evidence, ref, seed: int, phase: str, deadline: float, first: bool) -> CheckOutcome:
         prefix = str(self.worker.own_folder(self.lane.scratch) / f"out-{self.token}")
@@ -156,10 +136,10 @@ class CandidateEvaluation:
             cand = [(m, read_output_file(dict(m, file=f"{prefix}.{i}.bin"))) for i, m in enumerate(reply.get("outputs") or [])]
         except (OSError, ValueError) as e:
             raise CandidateFailure(f"output could not be read back: {e}") from None
-        cmp = compare_outputs(ref.outputs[seed], cand, self._tol_for, self.plan.device)
+        cmp = compare_outputs(ref.outputs[seed], cand, self.tol_for, self.plan.device)
         replay_of = None
         if not cmp.ok and cmp.kind in ("mismatch", "uninitialized_output"):
-            replay_of = next((o for o, outs in ref.outputs.items() if o != seed and same_as(outs, cand, self._tol_for)), None)
+            replay_of = next((o for o, outs in ref.outputs.items() if o != seed and same_as(outs, cand, self.tol_for)), None)
         if not cmp.ok and replay_of is None and reply.get("reused_output"):
             replay_of = -1
         threads = reply.get("threads") or [0, 0]
@@ -172,10 +152,12 @@ class CandidateEvaluation:
         ev.checks.append(outcome)
         return outcome
 
-    def _verify_timed(self, shape: Shape, batches: list[tuple[int, dict, int]], projection: bool, tols,
+    def _verify_timed(self, shape: Shape, replies: list[tuple[int, dict]], projection: bool, tols,
                       must: list[tuple[int, int]] = ()) -> list[TimedVerification]:
         """Fingerprint the timed calls `must` (batch, call) and a random sample of the others of every batch (base
-        seed, calls, call count), numbered across batches, against the reference's answers for the same inputs."""
+        seed, reply), numbered across batches, against the reference's answers for the same inputs."""
+        batches = [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"]))
+                   for base, r in replies]
         eligible = [(b, i) for b, (_, calls, n) in enumerate(batches) for i in range(n) if calls.get(str(i)) != OVERWRITTEN]
         chosen = set(must) & set(eligible)
         rest = [c for c in eligible if c not in chosen]
@@ -208,11 +190,10 @@ class CandidateEvaluation:
 
     def _timed_rounds(self, shape: Shape, ev: Evidence, projection: bool, deadline: float) -> list[tuple[int, dict]]:
         """The candidate's timed calls in `timing.rounds` rounds, each followed by short timings (a quarter of the
-        round's budget each) of the eager reference, an empty launch and the copy floor on the same device, with
-        the candidate's processes stopped meanwhile: both sides of a speedup are timed in alternation, within a
-        second of each other (stats.pooled_ratio). Returns each round's base seed and reply."""
+        round's budget each) of the eager reference, an empty launch and the copy floor, the candidate stopped
+        meanwhile: both sides of a speedup timed within a second of each other (stats.pooled_ratio)."""
         plan = self.plan
-        self.lane.turn.open_to_spares(False)
+        self.lane.ref.turn.open_to_spares(False)
         n = plan.config.timing.rounds
         base = plan.time_seed(shape.name)
         pair = n > 1 and self.lane.timings.get(shape.name, RefTiming()).eager is not None
@@ -234,25 +215,25 @@ class CandidateEvaluation:
                 continue
             ev.rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
         if ev.rounds:
-            ev.floor_launch_us, ev.copy_gbps = self._floors(ev, [x for r in ev.rounds for x in r.launch],
-                                                            [x for r in ev.rounds for x in r.copy])
+            self._floors(ev, [x for r in ev.rounds for x in r.launch], [x for r in ev.rounds for x in r.copy])
         return batches
 
     @staticmethod
-    def _floors(ev: Evidence, launches: list[float], copies: list[float]) -> tuple[float | None, float | None]:
+    def _floors(ev: Evidence, launches: list[float], copies: list[float]) -> None:
         """The launch floor and the copy bandwidth a record is judged against: the empty launch and the copy of the
         shape's minimum bytes, timed through the candidates' loop, in the record's own rounds where it has them."""
         copy_us = summarize(copies).median_us if copies else None
-        return (summarize(launches).median_us if launches else None,
-                ev.min_bytes / copy_us / 1e3 if copy_us and ev.min_bytes else None)
+        ev.floor_launch_us = summarize(launches).median_us if launches else None
+        ev.copy_gbps = ev.min_bytes / copy_us / 1e3 if copy_us and ev.min_bytes else None
 
     def keep_raw(self, shape: Shape, rounds: list[Round]) -> str | None:
         """Every timed call of every round, beside the records: the figures a speedup was computed from."""
-        if not rounds or self.lane.keep is None:
+        if not rounds:
             return None
         name = f"{safe_name(self.cand.name)}.{safe_name(shape.name)}.json"
+        data = json.dumps([dataclasses.asdict(r) for r in rounds]).encode()
         try:
-            return str(self.lane.keep(name, json.dumps([dataclasses.asdict(r) for r in rounds]).encode()))
+            return str(self.lane.tamper.guard.keep(name, data))
         except OSError:
             return None
 
@@ -266,7 +247,7 @@ class CandidateEvaluation:
                 outcome = self._check(ev, ref, seed, "check", deadline, first=(k == 0))
                 if not outcome.comparison.ok or verdict.integrity_flags(ev):
                     return
-        tols = [self._tol_for(d) for d in ref.out_dtypes()]
+        tols = [self.tol_for(m["dtype"]) for m, _ in next(iter(ref.outputs.values()), [])]
         projection = not all(t.exact for t in tols)
         batches = self._timed_rounds(shape, ev, projection, deadline)
         replies = [r for _, r in batches]
@@ -282,26 +263,25 @@ class CandidateEvaluation:
         ev.timing_thread_growth = any(a < b for a, b in (r.get("threads") or [0, 0] for r in replies))
         ev.timing_py_threads = sorted({t for r in replies for t in (r.get("extra_py_threads") or [])})
         with seconds_into(self.stages, "verify"):
-            counts = [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"])) for base, r in batches]
-            ev.timed = self._verify_timed(shape, counts, projection, tols,
+            ev.timed = self._verify_timed(shape, batches, projection, tols,
                                           must=verdict.fast_tail(replies, plan.config.timing.speedup_quantile))
             self._check(ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
         with seconds_into(self.stages, "judge_clock"):
-            ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), JUDGE_ROUNDS, deadline, freeze=False)
+            ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), deadline)
             if ev.judge_call_us is not None and verdict.timer_contradicts(ev.timing.median_us, ev.judge_call_us):
-                again = self._judge_clock(derive(plan.judge_seed(shape.name), "again"), 2 * JUDGE_ROUNDS, deadline,
-                                          freeze=True)
+                again = self._judge_clock(derive(plan.judge_seed(shape.name), "again"), deadline, freeze=True)
                 if again is not None:
                     ev.judge_call_us = min(ev.judge_call_us, again)
         if plan.device == "cuda" and plan.config.timing.graph:
             with seconds_into(self.stages, "graph"):
                 self._graph(shape, ev, projection, tols, deadline)
 
-    def _judge_clock(self, seed: int, rounds: int, deadline: float, freeze: bool) -> float | None:
+    def _judge_clock(self, seed: int, deadline: float, freeze: bool = False) -> float | None:
         """Per-call time on the judge's clock: the fastest call round trip less the fastest no-op one. Before a
-        mismatch can accuse a candidate it is measured again with every build paused (freeze): on a busy host the
-        judge's wake-ups alone can add milliseconds to every round."""
-        with self.lane.gate.shared(), self.lane.turn(), (RUNNING.frozen() if freeze else contextlib.nullcontext()):
+        mismatch can accuse a candidate it is measured again, over twice the rounds, with every build paused
+        (freeze): on a busy host the judge's wake-ups alone can add milliseconds to every round."""
+        rounds = 2 * JUDGE_ROUNDS if freeze else JUDGE_ROUNDS
+        with self.lane.tamper.gate.shared(), self.lane.ref.turn(pause_builds=freeze):
             calls, noops = judge_timed(self.worker, seed, rounds, deadline - time.monotonic())
         return max(min(calls) - min(noops), 0.0) if calls and noops else None
 
@@ -311,18 +291,14 @@ class CandidateEvaluation:
             g = self._ask("graph", deadline, base_seed=base, loop=self.plan.loop.short().json(), projection=projection)
         except (CandidateFailure, WorkerGone) as e:
             ev.graph_message = f"graph capture failed: {e}"
-            if isinstance(e, WorkerGone):
-                self.worker = None
-            elif e.cuda_error:
-                self._discard()
+            if isinstance(e, WorkerGone) or e.cuda_error:
+                self.close(kill=True)
             return
         if not g.get("graph_ok"):
             ev.graph_message = g.get("message", "graph capture failed")
-            self._discard()  # a failed capture leaves torch's CUDA RNG unusable in that process
+            self.close(kill=True)  # a failed capture leaves torch's CUDA RNG unusable in that process
             return
-        checks = self._verify_timed(shape, [(base, g.get("calls") or {}, int(g.get("unsampled", 0)) + len(g["device_us"]))],
-                                    projection, tols)
-        if all(c.ok for c in checks):
+        if all(c.ok for c in self._verify_timed(shape, [(base, g)], projection, tols)):
             ev.graph = summarize(g["device_us"])
         else:
             ev.graph_message = "graph replays gave wrong outputs (work outside the captured stream?)"

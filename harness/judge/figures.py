@@ -14,10 +14,9 @@ def _median(m) -> float | None:
 
 
 def speedups(ev: Evidence, ref_t: RefTiming, metric: str, q: float) -> tuple[float | None, float | None, float | None]:
-    """Speedup against the eager reference, against torch.compile, and the time over a copy of the same bytes.
-
-    With paired rounds (time_us): the reference's calls' q-quantile over the candidate's, and the candidate's over
-    the copies', every call of each side pooled over the rounds (stats.pooled_ratio); torch.compile chained through
+    """Speedup against the eager reference, against torch.compile, and the time over a copy of the same bytes. With
+    paired rounds (time_us): the reference's calls' q-quantile over the candidate's, and the candidate's over the
+    copies', every call of each side pooled over the rounds (stats.pooled_ratio); torch.compile chained through
     the compiled/eager ratio the lane timed back to back. Without: medians over medians."""
     t = ev.timing
     cand = [r.candidate for r in ev.rounds]
@@ -29,8 +28,7 @@ def speedups(ev: Evidence, ref_t: RefTiming, metric: str, q: float) -> tuple[flo
     ref_us = _median(ref_t.graph) if metric == "gpu_time_us" else _median(ref_t.eager)
     eager = ref_us / cand_us if ref_us and cand_us else None
     compiled = ref_t.compiled.median_us / t.median_us if ref_t.compiled and t and t.median_us > 0 else None
-    copy = t.median_us / ref_t.floor_copy.median_us if t and ref_t.floor_copy else None
-    return eager, compiled, copy
+    return eager, compiled, t.median_us / ref_t.floor_copy.median_us if t and ref_t.floor_copy else None
 
 
 def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: RefTiming, log: str,
@@ -38,18 +36,16 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
     d = verdict.decide(ev)
     correct = d.status == "correct"
     t = ev.timing
-    timing = floors = None
-    speedup = speedup_compile = None
+    timing = floors = speedup = speedup_compile = None
     if t is not None:
         eager, compiled, copy_ratio = speedups(ev, ref_t, plan.config.timing.speedup_metric,
                                                plan.config.timing.speedup_quantile)
         if correct:
             speedup, speedup_compile = eager, compiled
-        ref_us = _median(ref_t.eager)
         copies = [x for r in ev.rounds for x in r.copy]
         copy_us = summarize(copies).median_us if copies else _median(ref_t.floor_copy)
-        if ev.rounds:
-            ref_us = summarize([x for r in ev.rounds for x in r.reference]).median_us
+        refs = [x for r in ev.rounds for x in r.reference]
+        ref_us = summarize(refs).median_us if ev.rounds else _median(ref_t.eager)
         if copy_ratio is None and copy_us:
             copy_ratio = t.median_us / copy_us
         bw = ev.min_bytes / t.median_us / 1e3 if ev.min_bytes and t.median_us > 0 else None
@@ -81,10 +77,8 @@ def unrun_records(plan, cand: Candidate, shapes: list[Shape], static: tuple[list
     for shape in shapes:
         ev = Evidence(device=plan.device, static_policy=plan.static_policy, static_errors=static[0],
                       static_warnings=static[1])
-        if build is not None and build.status == "compile_error":
-            ev.failure = ("compile_error", build.message)
-        elif build is not None and build.status == "timeout":
-            ev.failure = ("build_timeout", build.message)
+        if build is not None and build.status in ("compile_error", "timeout"):
+            ev.failure = ("build_timeout" if build.status == "timeout" else "compile_error", build.message)
         d = verdict.decide(ev)
         out.append(Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
                           flags=list(d.flags), message=d.message, device=device_name, solution_path=str(cand.path),

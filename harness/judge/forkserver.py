@@ -37,31 +37,19 @@ LOST = -255
 
 
 class ForkedProc:
-    """Popen's pid, poll and wait for a forked worker, answered by the server that reaps it. wait() sleeps on
-    a pidfd (the pid is not reused until the server reaps it, only when asked), so waiting costs no requests.
-    Several threads may wait at once: the pidfd is closed only when none is sleeping on it."""
+    """Popen's pid, poll and wait for a forked worker, answered by the server that reaps it. wait() sleeps on a
+    pidfd, so waiting costs no requests. It opens one per sleep and sleeps only if no poll reaped the pid before
+    (a poll holds the lock until it has set returncode): the pidfd cannot name a reused pid."""
 
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid = server, pid
         self.returncode: int | None = None
         self._lock = threading.Lock()
-        self._sleeping = 0
-        try:
-            self._pidfd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self._pidfd = None
-
-    def _close_pidfd(self) -> None:
-        if self._pidfd is not None and self._sleeping == 0:
-            os.close(self._pidfd)
-            self._pidfd = None
 
     def poll(self) -> int | None:
         with self._lock:
             if self.returncode is None:
                 self.returncode = self.server.poll(self.pid)
-            if self.returncode is not None:
-                self._close_pidfd()
             return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -71,26 +59,20 @@ class ForkedProc:
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            with self._lock:
-                fd = self._pidfd
-                self._sleeping += fd is not None
-            if fd is not None:
-                try:
-                    select.select([fd], [], [], left)
-                finally:
-                    with self._lock:
-                        self._sleeping -= 1
-            else:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfds here: sleep between polls
                 time.sleep(pause if left is None else min(pause, left))
                 pause = min(0.05, 2 * pause)
-        with self._lock:
-            self._close_pidfd()
+                continue
+            try:
+                with self._lock:
+                    reaped = self.returncode is not None
+                if not reaped:
+                    select.select([fd], [], [], left)
+            finally:
+                os.close(fd)
         return self.returncode
-
-    def __del__(self) -> None:
-        if getattr(self, "_pidfd", None) is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
 
 
 class ForkServer:
@@ -125,14 +107,11 @@ class ForkServer:
                 self._stop_server()
         return self.status == "ready"
 
-    def _ask(self, msg: dict, fds: tuple[int, ...] = ()) -> dict | None:
+    def _ask(self, msg: dict, fds: tuple[int | None, ...] = ()) -> dict | None:
         try:
             self._sock.settimeout(REPLY_TIMEOUT_S)
-            socket.send_fds(self._sock, [json.dumps(msg).encode()], list(fds))
-            data = self._sock.recv(1 << 16)
-            if not data:
-                raise OSError("fork server closed its socket")
-            return json.loads(data)
+            socket.send_fds(self._sock, [json.dumps(msg).encode()], [fd for fd in fds if fd is not None])
+            return json.loads(self._sock.recv(1 << 16))  # b"" (the server closed its socket) is no JSON
         except (OSError, ValueError):
             self.status = "lost"
             self._stop_server()
@@ -148,8 +127,7 @@ class ForkServer:
             if differs or not self._ready():
                 self.declined += 1
                 return None
-            fds = (log_fd,) if conn_fd is None else (log_fd, conn_fd)
-            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd), "build": build}, fds)
+            reply = self._ask({"op": "fork", "env": env, "cwd": str(cwd), "build": build}, (log_fd, conn_fd))
             if not reply or "pid" not in reply:
                 self.declined += 1
                 if reply is not None:  # refused (the driver started in it): ask no more
@@ -167,11 +145,10 @@ class ForkServer:
                 if reply is not None:
                     return LOST if reply.get("lost") else reply.get("code")
         # the server is gone: its children were handed to init, which reaps them
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return LOST
-        return LOST if state in ("Z", "X") else None
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return None
+        return LOST
 
     def _stop_server(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -184,8 +161,7 @@ class ForkServer:
             self.status = "closed"
         self._stop_server()
         self._sock.close()
-        with contextlib.suppress(OSError):
-            self.log_path.unlink()
+        self.log_path.unlink(missing_ok=True)
 
     def summary(self) -> dict:
         return {"status": self.status, "forks": self.forks, "declined": self.declined, **self.info}
@@ -197,12 +173,9 @@ _CURRENT: list[ForkServer] = []
 def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A worker's starting environment: the judge's and extra, the repo on PYTHONPATH, unbuffered output, the
     cuBLAS workspace that deterministic draws need (problem.deterministic_draw), WORKER_HASH_SEED."""
-    env = {**os.environ, **(extra or {})}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    env["PYTHONHASHSEED"] = WORKER_HASH_SEED
-    return env
+    return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **os.environ, **(extra or {}), "PYTHONUNBUFFERED": "1",
+            "PYTHONHASHSEED": WORKER_HASH_SEED,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
 
 
 def start(repo_root: Path) -> ForkServer:

@@ -1,10 +1,7 @@
-"""Guard of the harness's tree and of the run's results folder against writes by candidates.
-
-The judge keeps a copy of its protected files at start and checks them after every build and evaluation:
-a changed, added or deleted file is restored (or removed) and named, the candidates whose code ran since the
-last clean check the suspects (TamperWatch). The results folder may hold only the files the judge writes;
-results.jsonl must read exactly as the judge wrote it.
-"""
+"""Guard of the harness's tree and the run's results folder against writes by candidates: a protected file
+changed, added or deleted is restored (or removed) and named at the check after each build and evaluation, the
+candidates whose code ran since the last clean check the suspects (TamperWatch). The results folder may hold
+only the judge's files; results.jsonl must read exactly as the judge wrote it."""
 
 import contextlib
 import shutil
@@ -22,9 +19,7 @@ RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summa
 class TreeGuard:
     def __init__(self, repo_root: Path, out_dir: Path, writer: RecordWriter,
                  extra_roots: tuple[Path, ...] = ()):
-        self.repo_root = repo_root
-        self.out_dir = out_dir
-        self.writer = writer
+        self.repo_root, self.out_dir, self.writer = repo_root, out_dir, writer
         self.roots = [repo_root / p for p in PROTECTED] + list(extra_roots)
         self.saved = {p: p.read_bytes() for p in self._files()}
         self.allowed_logs: set[str] = set()
@@ -33,13 +28,8 @@ class TreeGuard:
         self._lock = threading.Lock()
 
     def _files(self) -> list[Path]:
-        files = []
-        for root in self.roots:
-            if root.is_file():
-                files.append(root)
-            elif root.is_dir():
-                files.extend(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        return files
+        return [p for root in self.roots for p in ([root] if root.is_file() else root.rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts]
 
     def allow_log(self, name: str) -> None:
         self.allowed_logs.add(name)
@@ -84,12 +74,11 @@ class TreeGuard:
             quarantine.mkdir(exist_ok=True)
             shutil.move(str(p), quarantine / name)
 
-        for p in self.out_dir.iterdir():
-            if p.name not in RESULT_FILES and p.name not in ("logs", "quarantine", KEPT_DIR):
-                move(p, p.name)
-        for p in logs.iterdir() if logs.is_dir() else ():
-            if p.name not in self.allowed_logs:
-                move(p, p.name)
+        for folder, allowed in ((self.out_dir, {*RESULT_FILES, "logs", "quarantine", KEPT_DIR}),
+                                (logs, self.allowed_logs)):
+            for p in folder.iterdir() if folder.is_dir() else ():
+                if p.name not in allowed:
+                    move(p, p.name)
         for p in kept.iterdir() if kept.is_dir() else ():
             if self.kept.get(p.name) is None or not p.is_file() or p.read_bytes() != self.kept[p.name]:
                 move(p, f"{KEPT_DIR}.{p.name}")
@@ -100,10 +89,8 @@ class TreeGuard:
         return found
 
     def _rel(self, p: Path) -> str:
-        for base in (self.repo_root, self.out_dir.parent):
-            if p.is_relative_to(base):
-                return str(p.relative_to(base))
-        return str(p)
+        return next((str(p.relative_to(b)) for b in (self.repo_root, self.out_dir.parent) if p.is_relative_to(b)),
+                    str(p))
 
 
 class Gate:
@@ -128,23 +115,20 @@ class Gate:
 
     @contextlib.contextmanager
     def exclusive(self):
-        with self._cond:
-            self._cond.wait_for(lambda: not self._writer)
-            self._writer = True
+        with self._cond:  # held to the end (let go only while waiting): no lane, no other exclusive enters
+            self._writer = True  # no lane enters while those inside finish their command
             self._cond.wait_for(lambda: not self._readers)
-        try:
-            yield
-        finally:
-            with self._cond:
+            try:
+                yield
+            finally:
                 self._writer = False
                 self._cond.notify_all()
 
 
 class TamperWatch:
-    """Pins a change to the protected files on the candidate that made it. With builds running beside an
-    evaluation the writer is not known: every evaluation is held between commands (the gate), and each
-    candidate that was building is imported again alone, the other builds stopped; one that writes again is
-    the culprit, else the candidate under evaluation is."""
+    """Pins a change to the protected files on the candidate that made it. With builds beside an evaluation,
+    every evaluation is held between commands (the gate) and each building candidate is imported again alone,
+    the other builds stopped: one that writes again is the culprit, else the candidate under evaluation is."""
 
     def __init__(self, guard: TreeGuard):
         self.guard = guard

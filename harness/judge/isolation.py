@@ -1,11 +1,9 @@
-"""Users of their own for the processes that run candidate code (`--isolate`).
-
-A candidate may write wherever the worker that imports it may: without this, into the shared build cache
-too, where a library planted under another candidate's extension key would be loaded when that one is
-evaluated. With it, each build or evaluation worker runs as a fresh uid with no supplementary groups and a
-private home (cwd, temp folder, caches, the staging folder its builds go to); the judge (root) copies what
-a build staged into the cache. The reference worker runs no candidate code and stays the judge's user.
-"""
+"""Users of their own for the processes that run candidate code (`--isolate`). A candidate may write wherever
+the worker that imports it may: without this, into the shared build cache too, where a library planted under
+another candidate's extension key would be loaded when that one is evaluated. With it, each build or evaluation
+worker runs as a fresh uid with no supplementary groups and a private home (cwd, temp folder, caches, the
+staging folder its builds go to); the judge (root) copies what a build staged into the cache. The reference
+worker runs no candidate code and stays the judge's user."""
 
 import atexit
 import contextlib
@@ -45,10 +43,6 @@ class Identity:
     def popen(self) -> dict:
         return {"user": self.uid, "group": self.uid, "extra_groups": [], "umask": 0o077}
 
-    def give(self, path: Path) -> None:
-        """Hand a file the judge made (a log) to this identity, so the worker can open it itself."""
-        os.chown(path, self.uid, self.uid)
-
     def end(self) -> None:
         """Kill every process left under this uid, a daemon out of the worker's group too; remove its home."""
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -81,8 +75,7 @@ def check_available(repo_root: Path, folders: dict[str, Path], device: str = "cp
                                  f"mode {folder.stat().st_mode & 0o777:o}; they need o+x on the way)")
     for node in sorted(Path("/dev").glob("nvidia*")) if device == "cuda" else ():
         if node.is_char_device() and node.stat().st_mode & 0o006 != 0o006:
-            mode = node.stat().st_mode & 0o777
-            raise UsageError(f"--isolate: {node} is closed to other users (mode {mode:o}), "
+            raise UsageError(f"--isolate: {node} is closed to other users (mode {node.stat().st_mode & 0o777:o}), "
                              "so their workers could not use the GPU")
     uid = next(_uids)
     probe = ("import importlib.util, harness.judge.isolation; "

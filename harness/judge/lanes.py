@@ -1,6 +1,8 @@
 """Evaluation lanes: each owns one device (a GPU, or the CPU) with its reference worker, a few candidate workers
 started ahead, and a thread that evaluates candidates from the run's queue as their builds finish."""
 
+import contextlib
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -8,14 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import isolation
-from .evaluate import INIT_TIMEOUT_S, CandidateEvaluation, safe_name
-from .guard import Gate, TamperWatch
+from .evaluate import POISON_BYTES, CandidateEvaluation
+from .guard import TamperWatch
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
-from .reference import ReferenceRunner, ReferenceStore, RefTiming
+from .reference import INIT_TIMEOUT_S, ReferenceRunner, ReferenceStore, RefTiming
 from .turns import DeviceTurn
 
-POISON_BYTES = 4 * 2**30
 SPARE_WORKERS = 2
 """Candidate workers a lane keeps started ahead where it has cores of its own (one where workers share cores with
 timing). A worker is a fork of the fork server: its start and the problem's load take 0.3-0.5 s, its CUDA context
@@ -35,19 +36,10 @@ class LaneContext:
     log_dir: Path
     device_name: str
     cores: list[int] | None
-    poison_bytes: int
-    gate: Gate
-    turn: DeviceTurn
-    keep: Callable[[str, bytes], Path] | None
+    tamper: TamperWatch
     profile: Profile
     cache_bytes: int = 0
     timings: dict[str, RefTiming] = field(default_factory=dict)
-
-
-def start_worker(plan, repo_root: Path, env: dict, log: Path, cwd: Path, trusted: bool) -> WorkerHandle:
-    """A worker process: under --isolate, one that imports candidates runs as a user of its own."""
-    ident = isolation.new_identity() if plan.isolate and not trusted else None
-    return WorkerHandle(repo_root=repo_root, env=env, log_path=log, cwd=cwd, trusted=trusted, identity=ident)
 
 
 class SparePool:
@@ -59,7 +51,7 @@ class SparePool:
                  needed: int | None = None):
         self.make = make
         self.size = max(1, size)
-        self.needed = needed
+        self.needed = math.inf if needed is None else needed
         self.lock = threading.Lock()
         self.slots: list[tuple[threading.Thread, list, list]] = []
 
@@ -74,8 +66,7 @@ class SparePool:
         """Start spares up to the pool's size, never more than the candidates still `needed`: a spare started for
         no one holds a device context beside timed records for nothing."""
         with self.lock:
-            cap = min(n for n in (self.size, self.needed) if n is not None)
-            while len(self.slots) < cap:
+            while len(self.slots) < min(self.size, self.needed):
                 self._start()
 
     def take(self) -> WorkerHandle | None:
@@ -84,8 +75,7 @@ class SparePool:
         with self.lock:
             if not self.slots:
                 self._start()
-            if self.needed is not None:
-                self.needed = max(0, self.needed - 1)
+            self.needed = max(0, self.needed - 1)
             ready = [k for k, (t, _, _) in enumerate(self.slots) if not t.is_alive()]
             t, box, _ = self.slots.pop(ready[0] if ready else 0)
         t.join()
@@ -113,7 +103,9 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
                  "cache_dir": str(plan.cache_dir), "cores": cores, "device_now": False, "env": lane_env}
 
     def make(register) -> WorkerHandle | None:
-        w = start_worker(plan, repo_root, lane_env, log, scratch, trusted=False)
+        # under --isolate, a worker that imports candidates runs as a user of its own
+        w = WorkerHandle(repo_root=repo_root, env=lane_env, log_path=log, cwd=scratch, trusted=False,
+                         identity=isolation.new_identity() if plan.isolate else None)
         register(w)
         started = profile.now()
         try:
@@ -128,14 +120,14 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
         except WorkerGone:
             return None
         finally:
-            profile.spare({"forked": w.forked, "started_s": started, "ready_s": profile.now()})
+            profile.spares.append({"forked": w.forked, "started_s": started, "ready_s": profile.now()})
         return w
 
     return make
 
 
-def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict, static: dict, tamper: TamperWatch,
-             writer, progress: Callable[[str, int], None]) -> None:
+def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict, static: dict, writer,
+             progress: Callable[[str, int], None]) -> None:
     """The reference's work on this lane (outputs on lane 0, timings and floors per shape), then candidates from
     the queue until it yields None, each shape's record written as it is decided."""
     plan, ref = ctx.plan, ctx.ref
@@ -154,19 +146,11 @@ def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict,
         while (item := work.get()) is not None:
             cand, build = item
             ctx.profile.mark(f"lane{ctx.index}_first_candidate", once=True)
-            errors, warnings = static[cand.name]
-            ev = CandidateEvaluation(ctx, cand, build, spares, errors, warnings, lambda n=cand.name: tamper.tampered_by(n))
-            with tamper.evaluation(cand.name):
-                try:
-                    for shape in todo[cand.name]:
-                        writer.write(ev.evaluate_shape(shape))
-                        progress("evaluate", 1)
-                finally:
-                    ev.close()
+            ev = CandidateEvaluation(ctx, cand, build, spares, static[cand.name])
+            with ctx.tamper.evaluation(cand.name), contextlib.closing(ev):
+                for shape in todo[cand.name]:
+                    writer.write(ev.evaluate_shape(shape))
+                    progress("evaluate", 1)
     finally:
         ref.turn.open_to_spares(True)  # no spare is left waiting for a window while it is closed
         spares.close()
-
-
-def lane_log(log_dir: Path, kind: str, lane: int) -> Path:
-    return log_dir / f"{safe_name(kind)}.lane{lane}.log"

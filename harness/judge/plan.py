@@ -1,9 +1,9 @@
 """The plan: config plus command line resolved into what this run will do, with every seed derived."""
 
 import glob
-import os
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partialmethod
 from pathlib import Path
 
 from ..errors import UsageError
@@ -35,25 +35,20 @@ class Plan:
 
     @property
     def loop(self) -> LoopSettings:
-        return LoopSettings.of(self.config.timing)
+        t = self.config.timing
+        return LoopSettings(t.warmup_ms, t.min_runs, t.max_runs, t.budget_s, t.target_rse, t.speedup_quantile)
 
     def check_seeds(self, shape: str) -> list[int]:
         return [derive(self.master_seed, shape, "check", k) for k in range(self.seeds)]
 
-    def post_seed(self, shape: str) -> int:
-        return derive(self.master_seed, shape, "post")
+    def _seed(self, shape: str, purpose: str) -> int:
+        return derive(self.master_seed, shape, purpose)
 
-    def time_seed(self, shape: str) -> int:
-        return derive(self.master_seed, shape, "time")
-
-    def graph_seed(self, shape: str) -> int:
-        return derive(self.master_seed, shape, "graph")
-
-    def judge_seed(self, shape: str) -> int:
-        return derive(self.master_seed, shape, "judge")
-
-    def init_seed(self, shape: str) -> int:
-        return derive(self.master_seed, shape, "init")
+    post_seed = partialmethod(_seed, purpose="post")
+    time_seed = partialmethod(_seed, purpose="time")
+    graph_seed = partialmethod(_seed, purpose="graph")
+    judge_seed = partialmethod(_seed, purpose="judge")
+    init_seed = partialmethod(_seed, purpose="init")
 
     @property
     def fp_seed(self) -> int:
@@ -92,13 +87,11 @@ def name_solutions(paths: list[Path]) -> tuple[tuple[str, Path], ...]:
 
 
 def select_shapes(shapes: tuple[Shape, ...], names: list[str] | None) -> tuple[Shape, ...]:
-    if not names:
-        return shapes
     by_name = {s.name: s for s in shapes}
-    for n in names:
+    for n in names or ():
         if n not in by_name:
             raise UsageError(f"--shapes {n}: no such shape in the config (it has: {', '.join(by_name)})")
-    return tuple(by_name[n] for n in names)
+    return tuple(by_name[n] for n in names) if names else shapes
 
 
 def parse_lanes(value: str | None, device: str) -> tuple[str, ...]:
@@ -116,7 +109,3 @@ def parse_lanes(value: str | None, device: str) -> tuple[str, ...]:
     if device != "cuda":
         raise UsageError(f"--gpus {value}: device lists need --device cuda")
     return tuple(parts)
-
-
-def default_cache_dir(repo_root: Path) -> Path:
-    return Path(os.environ.get("KBH_CACHE", repo_root / ".cache" / "kbh"))

@@ -49,25 +49,16 @@ def groups_stopped(pids):
             os.killpg(pid, signal.SIGSTOP)
             stopped.append(pid)
     for pid in stopped:
-        _await_stop(pid)
+        stat, end = Path(f"/proc/{pid}/stat"), time.monotonic() + 0.5
+        with contextlib.suppress(OSError, IndexError):  # unreadable: gone
+            while time.monotonic() < end and stat.read_text().rsplit(")", 1)[1].split()[0] not in "TtZX":
+                time.sleep(0.0005)
     try:
         yield
     finally:
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
-
-
-def _await_stop(pid: int, limit_s: float = 0.5) -> None:
-    stat = Path(f"/proc/{pid}/stat")
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        try:
-            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X"):
-                return
-        except (OSError, IndexError):
-            return
-        time.sleep(0.0005)
 
 
 class WorkerHandle:
@@ -77,7 +68,6 @@ class WorkerHandle:
         self.identity = identity
         full_env = forkserver.worker_env(repo_root, dict(env, **(identity.env() if identity else {})))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_path
         self._log = open(log_path, "ab")
         cwd = self.own_folder(cwd)
         server = forkserver.current() if identity is None else None
@@ -98,14 +88,12 @@ class WorkerHandle:
         try:
             self.conn.send_bytes(json.dumps(obj).encode())
         except OSError as e:
-            self.kill()
-            raise WorkerGone("died", f"{describe_exit(self._wait_code())} ({e})") from None
+            raise self._died(f" ({e})") from None
 
     def _wait(self, timeout: float) -> None:
-        if not self.conn.poll(max(timeout, 0.0)):
+        if not self.conn.poll(timeout := max(timeout, 0.0)):
             self.kill()
-            raise WorkerGone("timeout",
-                             f"no answer within {max(timeout, 0.0):.0f} s (the rest of its time limit)")
+            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s (the rest of its time limit)")
 
     def recv(self, timeout: float) -> dict:
         self._wait(timeout)
@@ -115,11 +103,7 @@ class WorkerHandle:
                 raise ValueError("reply is not an object")
             return reply
         except (EOFError, OSError, ValueError) as e:
-            self.kill()
-            detail = describe_exit(self._wait_code())
-            if not isinstance(e, EOFError):
-                detail += f" ({type(e).__name__})"
-            raise WorkerGone("died", detail) from None
+            raise self._died("" if isinstance(e, EOFError) else f" ({type(e).__name__})") from None
 
     def recv_frame(self, nbytes: int, timeout: float) -> bytearray:
         """One raw data frame of a known size, received into a writable buffer (no extra copy)."""
@@ -128,8 +112,7 @@ class WorkerHandle:
         try:
             n = self.conn.recv_bytes_into(buf)
         except (EOFError, OSError, BufferError):
-            self.kill()
-            raise WorkerGone("died", describe_exit(self._wait_code())) from None
+            raise self._died() from None
         if n != nbytes:
             raise WorkerGone("died", f"data frame of {n} bytes, expected {nbytes}")
         return buf
@@ -147,16 +130,16 @@ class WorkerHandle:
         """A worker under a user of its own opens its log itself: the judge makes it and hands it over."""
         if self.identity is not None:
             path.touch(mode=0o600)
-            self.identity.give(path)
+            os.chown(path, self.identity.uid, self.identity.uid)
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})
         return self.recv(timeout)
 
-    def _wait_code(self) -> int | None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            return self.proc.wait(timeout=5)
-        return None
+    def _died(self, detail: str = "") -> WorkerGone:
+        """Kill the worker; the error that says how it ended (None: not reaped within kill's wait)."""
+        self.kill()
+        return WorkerGone("died", describe_exit(self.proc.poll()) + detail)
 
     def stop(self) -> None:
         """SIGKILL the worker's process group and return at once; kill() or close() reaps it later."""

@@ -2,32 +2,24 @@
 record's `profile` (its stages' wall seconds and each worker command's own seconds)."""
 
 import contextlib
-import threading
 import time
 
 from .envinfo import process_age_s
 
 
 class Profile:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    def __init__(self):
         self._t0 = time.monotonic() - (process_age_s() or 0.0)
-        self._lock = threading.Lock()
         self.timeline: dict[str, float] = {}
-        self.spares: list[dict] = []
+        self.spares: list[dict] = []  # appended by spares' threads: list.append is atomic
 
     def now(self) -> float:
         """Seconds since run_eval.py started."""
         return round(time.monotonic() - self._t0, 2)
 
     def mark(self, event: str, once: bool = False) -> None:
-        with self._lock:
-            if not (once and event in self.timeline):
-                self.timeline[event] = self.now()
-
-    def spare(self, entry: dict) -> None:
-        with self._lock:
-            self.spares.append(entry)
+        if not (once and event in self.timeline):  # a once-event comes from one thread: no race
+            self.timeline[event] = self.now()
 
 
 @contextlib.contextmanager

@@ -1,9 +1,7 @@
-"""Records: one per solution x shape, the JSON line a user reads, written as each is decided: the verdict
-at the top level; nested, `check` (errors against the reference), `timing` (both sides' figures), `floors`
-(what the cheapest call and a copy cost under the same conditions), `diagnostics` (the paired rounds the
-speedup was read from) and, with --profile, `profile` (where the wall time went). Appended, flushed and
-fsynced, so an interrupted run keeps what it finished and `--resume` skips it.
-"""
+"""Records, one JSON line per solution x shape: the verdict at the top level; nested, `check` (errors against
+the reference), `timing` (both sides' figures), `floors` (the cheapest call and a copy, timed alike),
+`diagnostics` (the paired rounds behind the speedup) and, with --profile, `profile` (where the wall time went).
+Appended, flushed and fsynced as each is decided, so an interrupted run keeps them and `--resume` skips them."""
 
 from __future__ import annotations
 
@@ -97,9 +95,7 @@ def _finite(x):
         return round(x, 6) if math.isfinite(x) else None
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
+    return [_finite(v) for v in x] if isinstance(x, list) else x
 
 
 class RecordWriter:

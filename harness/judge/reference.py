@@ -1,9 +1,7 @@
-"""The reference side of a run, in the judge: outputs, timings and floors from a reference worker.
-
-Reference outputs for every check seed are produced once per run, travel over the worker's private socket and
-stay in the judge's memory; no candidate process ever holds them. Each lane (device) times the reference itself,
-eager and under torch.compile, the way candidates are timed. The reference worker runs no candidate code.
-"""
+"""The reference side of a run, in the judge: outputs, timings and floors from a reference worker, which runs no
+candidate code. Outputs for every check seed are produced once per run, travel over the worker's private socket
+and stay in the judge's memory; no candidate process ever holds them. Each lane (device) times the reference
+itself, eager and under torch.compile, the way candidates are timed."""
 
 import statistics
 import threading
@@ -26,17 +24,8 @@ class RefShape:
     shape: Shape
     outputs: dict[int, list[tuple[dict, torch.Tensor]]] = field(default_factory=dict)
     input_fps: dict[int, list[int]] = field(default_factory=dict)
-    in_bytes: int = 0
-    out_bytes: int = 0
+    min_bytes: int = 0  # one call's inputs and outputs
     error: str | None = None
-
-    @property
-    def min_bytes(self) -> int:
-        return self.in_bytes + self.out_bytes
-
-    def out_dtypes(self) -> list[str]:
-        first = next(iter(self.outputs.values()), [])
-        return [m["dtype"] for m, _ in first]
 
 
 @dataclass
@@ -60,31 +49,24 @@ class ReferenceStore:
         self.shapes: dict[str, RefShape] = {}
         self.ready: dict[str, threading.Event] = {}
         self.fps: dict[tuple[str, int, bool], list] = {}
-        self.lock = threading.Lock()
-
-    def event(self, name: str) -> threading.Event:
-        with self.lock:
-            return self.ready.setdefault(name, threading.Event())
 
     def put(self, ref: RefShape) -> None:
         self.shapes[ref.shape.name] = ref
-        self.event(ref.shape.name).set()
+        self.ready.setdefault(ref.shape.name, threading.Event()).set()  # dict.setdefault is atomic
 
     def get(self, name: str) -> RefShape:
-        self.event(name).wait()
+        self.ready.setdefault(name, threading.Event()).wait()
         return self.shapes[name]
 
 
 class ReferenceRunner:
-    """Drives one lane's reference worker; timed commands take the device's turn."""
+    """Drives one lane's reference worker, from that lane's thread only; timed commands take the device's turn."""
 
     def __init__(self, worker: WorkerHandle, plan, timeout_s: float, turn: DeviceTurn | None = None):
         self.worker = worker
         self.plan = plan
-        self.loop: LoopSettings = plan.loop
         self.timeout_s = timeout_s
         self.current: tuple[str, bool] | None = None
-        self.lock = threading.Lock()
         self.turn = turn or DeviceTurn()
 
     def _ask(self, cmd: str, timeout: float | None = None, **args) -> dict:
@@ -94,10 +76,9 @@ class ReferenceRunner:
             raise RuntimeError(reply.get("message", f"reference {cmd} failed"))
         return reply
 
-    def init(self, problem_src: dict, device: str, cache_dir: str, cores: list[int] | None,
-             env: dict | None = None) -> dict:
-        return self._ask("init", INIT_TIMEOUT_S, role="reference", device=device, problem_src=problem_src,
-                         fp_seed=self.plan.fp_seed, cache_dir=cache_dir, cores=cores, env=env)
+    def init(self, problem_src: dict, cores: list[int] | None, env: dict | None = None) -> dict:
+        return self._ask("init", INIT_TIMEOUT_S, role="reference", device=self.plan.device, problem_src=problem_src,
+                         fp_seed=self.plan.fp_seed, cache_dir=str(self.plan.cache_dir), cores=cores, env=env)
 
     def _setup(self, shape: Shape, compiled: bool) -> None:
         """A compiled setup holds the eager model too, so it serves both (a new setup would compile again)."""
@@ -109,101 +90,80 @@ class ReferenceRunner:
     def outputs(self, shape: Shape) -> RefShape:
         ref = RefShape(shape)
         try:
-            with self.lock, self.turn.spares_in():
+            with self.turn.spares_in():
                 self._setup(shape, False)
-                seeds = self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]
-                for seed in seeds:
+                for seed in self.plan.check_seeds(shape.name) + [self.plan.post_seed(shape.name)]:
                     r = self._ask("check", seed=seed)
-                    outs = [(m, tensor_from_bytes(self.worker.recv_frame(m["nbytes"], self.timeout_s), m))
-                            for m in r["outputs"]]
-                    ref.outputs[seed] = outs
+                    ref.outputs[seed] = [(m, tensor_from_bytes(self.worker.recv_frame(m["nbytes"], self.timeout_s), m))
+                                         for m in r["outputs"]]
                     ref.input_fps[seed] = r["input_fps"]
-                    ref.in_bytes = r["input_bytes"]
-                sizes = [sum(m["nbytes"] for m, _ in outs) for outs in ref.outputs.values()]
-                ref.out_bytes = int(statistics.mean(sizes))
+                ref.min_bytes = r["input_bytes"] + int(statistics.mean(sum(m["nbytes"] for m, _ in outs)
+                                                                       for outs in ref.outputs.values()))
         except (RuntimeError, WorkerGone) as e:
             ref.error = str(e)
         return ref
 
     def timings(self, shape: Shape, device: str, min_bytes: int = 0) -> RefTiming:
         """torch.compile's first calls (untimed, spares let in meanwhile), eager and compiled back to back, the
-        floors, then (only when speedups use it) CUDA-graph replay, last because a failed capture can leave the
-        worker's CUDA state unusable. The floors time a stand-in through the candidates' own loop (flush, batches
-        and verification included): one launch; one read and one launch; a copy of the shape's minimum bytes.
-        What the cheapest possible candidate, and a copy of the same bytes, cost under the same conditions."""
+        floors, then (only when speedups use it) CUDA-graph replay, last as a failed capture can leave the worker's
+        CUDA state unusable. The floors (one launch; one read and one launch; a copy of the shape's minimum bytes)
+        time what the cheapest possible candidate costs through the candidates' own loop, verification included."""
         t = RefTiming()
         t0 = time.monotonic()
-        try:
-            return self._timings(t, shape, device, min_bytes)
-        finally:
-            t.seconds = round(time.monotonic() - t0, 3)
-
-    def _timings(self, t: RefTiming, shape: Shape, device: str, min_bytes: int) -> RefTiming:
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
-        loop = self.loop.one_off().json()
+        loop = self.plan.loop.one_off().json()
         compiled = settings.compile_reference
         if compiled:
             try:
-                with self.lock, self.turn.spares_in():
+                with self.turn.spares_in():
                     self._setup(shape, True)
                     self._ask("warm", timeout=max(self.timeout_s, 900.0), base_seed=base, calls=3, compiled=True)
             except (RuntimeError, WorkerGone) as e:
                 t.compile_error = str(e)[:500]
                 compiled = False
         try:
-            with self.lock:
-                self._setup(shape, False)
-                t.eager = summarize(self._ask("time", base_seed=base, loop=loop, verify=False)["device_us"])
-        except (RuntimeError, WorkerGone) as e:
-            t.error = str(e)
-            return t
-        if compiled:
-            try:
-                with self.lock:
-                    r = self._ask("time", base_seed=base, loop=loop, verify=False, compiled=True)
-                    t.compiled = summarize(r["device_us"])
-            except (RuntimeError, WorkerGone) as e:
-                t.compile_error = str(e)[:500]
-        try:
-            with self.lock:
-                self._setup(shape, False)
-                floors = [self._ask("time", base_seed=base, loop=self.loop.short().one_off().json(), verify=True,
-                                    floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
+            self._setup(shape, False)
+            t.eager = summarize(self._ask("time", base_seed=base, loop=loop, verify=False)["device_us"])
+            if compiled:
+                try:
+                    t.compiled = summarize(self._ask("time", base_seed=base, loop=loop, verify=False,
+                                                     compiled=True)["device_us"])
+                except (RuntimeError, WorkerGone) as e:
+                    t.compile_error = str(e)[:500]
+            floors = [self._ask("time", base_seed=base, loop=self.plan.loop.short().one_off().json(), verify=True,
+                                floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
             t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
             t.empty_gap_us = statistics.median(h - s for h, s in zip(floors[0]["host_us"], floors[0]["span_us"]))
+            if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
+                try:
+                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name),
+                                  loop=self.plan.loop.short().json())
+                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
+                except (RuntimeError, WorkerGone) as e:
+                    t.error = f"graph: {e}"
         except (RuntimeError, WorkerGone) as e:
             t.error = str(e)
-            return t
-        if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
-            try:
-                with self.lock:
-                    self._setup(shape, False)
-                    g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name), loop=self.loop.short().json())
-                    t.graph = summarize(g["device_us"]) if g.get("graph_ok") else None
-            except (RuntimeError, WorkerGone) as e:
-                t.error = f"graph: {e}"
+        t.seconds = round(time.monotonic() - t0, 3)
         return t
 
     def time_round(self, shape: Shape, base_seed: int, loop: LoopSettings, min_bytes: int) -> Round:
         """Short timings of the eager reference, an empty launch and the copy floor, for a round paired with a
         candidate's (stats.pooled_ratio). The candidate's calls go in later."""
-        with self.lock:
-            self._setup(shape, False)
-            eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
-            launch = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True,
-                               floor="launch")["device_us"]
-            copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
-                             floor_bytes=min_bytes)["device_us"] if min_bytes else []
+        self._setup(shape, False)
+        eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
+        launch = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True,
+                           floor="launch")["device_us"]
+        copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
+                         floor_bytes=min_bytes)["device_us"] if min_bytes else []
         return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
 
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
         if missing:
-            with self.lock:
-                self._setup(shape, False)
-                tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
-                r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)
+            self._setup(shape, False)
+            tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
+            r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)
             for s, fp in zip(missing, r["fingerprints"]):
                 store.fps[(shape.name, s, projection)] = fp
         return {s: store.fps[(shape.name, s, projection)] for s in seeds}

@@ -63,9 +63,7 @@ def print_table(records: list[Record], console: Console, title: str, note: str) 
         left = col in ("solution", "shape", "status", "flags / message")
         table.add_column(col, justify="left" if left else "right", overflow="fold")
     for d in rows(records):
-        extra = d["flags"]
-        if d["status"] != "correct" and d["message"]:
-            extra = f"{extra} {d['message']}".strip()
+        extra = f"{d['flags']} {d['message'] if d['status'] != 'correct' else ''}".strip()
         table.add_row(d["solution"], d["shape"], f"[{STATUS_STYLE.get(d['status'], '')}]{d['status']}[/]",
                       _fmt(d["speedup"], ".2f", "x"), _fmt(d["speedup_compile"], ".2f", "x"),
                       _fmt(d["time_us"], ".1f"), str(d["runs"] or "-"), _fmt(d["max_abs_err"], ".3g"),
@@ -82,8 +80,8 @@ def print_table(records: list[Record], console: Console, title: str, note: str) 
 
 def write_files(records: list[Record], out_dir: Path, note: str) -> None:
     data, s = rows(records), summary(records)
-    df = pd.DataFrame(data, columns=list(data[0]) if data else ["solution", "shape", "status"])
-    df.to_csv(out_dir / "summary.csv", index=False)
+    pd.DataFrame(data, columns=list(data[0]) if data else ["solution", "shape", "status"]).to_csv(
+        out_dir / "summary.csv", index=False)
     (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
     lines = [f"_{note}_", "", "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | "
              "x copy | max_abs_err | flags |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -100,8 +98,7 @@ def write_files(records: list[Record], out_dir: Path, note: str) -> None:
                      f"{_fmt(sol['geomean_speedup_compile'], '.2f')} |")
     fp = ", ".join(f"fast_{p} = {v:.2f}" for p, v in s["fast_p"].items())
     lines += ["", f"fast_p over solutions: {fp}"]
-    failing = [d for d in data if d["status"] != "correct" and d["message"]]
-    if failing:
-        lines += ["", "Messages:", ""]
-        lines += [f"- {d['solution']} / {d['shape']}: {d['status']}: {d['message']}" for d in failing]
+    failing = [f"- {d['solution']} / {d['shape']}: {d['status']}: {d['message']}" for d in data
+               if d["status"] != "correct" and d["message"]]
+    lines += ["", "Messages:", "", *failing] if failing else []
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")

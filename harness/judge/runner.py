@@ -1,9 +1,7 @@
 """The run pipeline: plan -> static checks -> builds (pool) -> references -> evaluation lanes -> records -> report.
-
-Builds run in a process pool while lanes evaluate what is already built; each lane owns one device (a GPU, or
-the CPU) with its reference worker and candidate workers. Records are written as they are decided. The judge's
-own threads run no candidate code.
-"""
+Builds run in a process pool while lanes evaluate what is already built; each lane owns one device (a GPU, or the
+CPU) with its reference and candidate workers. Records are written as they are decided. The judge's own threads
+run no candidate code."""
 
 import contextlib
 import json
@@ -19,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cachekeys import toolchain_id
+from ..stats import Measurement
 from . import forkserver, isolation, lanes, report, static_checks
 from .builds import BuildPool, BuildResult, HeaderBuild, build_env, build_nice, run_build, snapshot_candidate
 from .envinfo import gpu_arch_hint, host_info
@@ -26,7 +25,7 @@ from .evaluate import safe_name
 from .figures import unrun_records
 from .guard import TamperWatch, TreeGuard
 from .plan import Plan
-from .processes import WorkerGone
+from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
 from .records import Record, RecordWriter, read_records
 from .reference import ReferenceRunner, ReferenceStore
@@ -42,7 +41,7 @@ class Runner:
         self.repo_root = repo_root
         self.out = plan.out_dir
         self.logs = self.out / "logs"
-        self.profile = Profile(plan.profile)
+        self.profile = Profile()
         self.builds: dict[str, BuildResult] = {}
         self.pch: HeaderBuild | None = None
         self.contexts: list[lanes.LaneContext] = []
@@ -54,40 +53,33 @@ class Runner:
         own = plan.device == "cuda" and len(cores) >= 4 + n
         self.lane_cores = [[cores[-(i + 1)]] if own else None for i in range(n)]
         self.build_cores = cores[:-n] if own else None
-        p = plan.problem
-        self.problem_src = {"name": p.name, "path": p.path, "text": p.text}
+        self.problem_src = {"name": plan.problem.name, "path": plan.problem.path, "text": plan.problem.text}
 
     def run(self) -> list[Record]:
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(exist_ok=True)
+        plan = self.plan
+        self.logs.mkdir(parents=True, exist_ok=True)
         shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
         self.scratch = Path(tempfile.mkdtemp(prefix="kbh-", dir="/dev/shm" if shm else None))  # output slots
+        ref_start = None
         try:
-            return self._run()
-        finally:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-
-    def _run(self) -> list[Record]:
-        plan = self.plan
-        existing = read_records(self.out / "results.jsonl")
-        done = {(r.solution, r.shape) for r in existing}
-        self.writer = RecordWriter(self.out / "results.jsonl", existing)
-        src_dir = self.scratch / "src"
-        cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
-        if plan.isolate:
-            isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
-        guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
-        logs = [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]
-        logs += [lanes.lane_log(self.logs, kind, i).name for kind in ("reference", "spare") for i in range(len(plan.lanes))]
-        for name in logs:
-            guard.allow_log(name)
-        self.tamper = TamperWatch(guard)
-        self.todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
-        self.cands = [c for c in cands if self.todo[c.name]]
-        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
-        ref_start = starter.submit(self._start_references)
-        starter.shutdown(wait=False)
-        try:
+            existing = read_records(self.out / "results.jsonl")
+            done = {(r.solution, r.shape) for r in existing}
+            self.writer = RecordWriter(self.out / "results.jsonl", existing)
+            src_dir = self.scratch / "src"
+            cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
+            if plan.isolate:
+                isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
+            guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
+            logs = [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]
+            logs += [self._lane_log(kind, i).name for kind in ("reference", "spare") for i in range(len(plan.lanes))]
+            for name in logs:
+                guard.allow_log(name)
+            self.tamper = TamperWatch(guard)
+            self.todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
+            self.cands = [c for c in cands if self.todo[c.name]]
+            starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
+            ref_start = starter.submit(self._start_references)
+            starter.shutdown(wait=False)
             self.static = {}
             for c in self.cands:
                 found = [] if plan.static_policy == "off" else static_checks.analyze(
@@ -98,9 +90,11 @@ class Runner:
             self.profile.mark("runner_started")
             return self._pipeline(ref_start)
         finally:
-            with contextlib.suppress(Exception):  # a failed start has killed its workers already
-                for r in ref_start.result():
-                    r.worker.close()
+            if ref_start is not None:
+                with contextlib.suppress(Exception):  # a failed start has killed its workers already
+                    for r in ref_start.result():
+                        r.worker.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _pipeline(self, ref_start) -> list[Record]:
         """Builds start at once where the GPU architecture is known without a CUDA context (nvidia-smi) or not
@@ -203,24 +197,24 @@ class Runner:
         env = {"KBH_TOOLCHAIN": self.toolchain}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
+    def _lane_log(self, kind: str, lane: int) -> Path:
+        return self.logs / f"{kind}.lane{lane}.log"
+
     def _start_references(self) -> list[ReferenceRunner]:
-        """Each lane's reference worker started and initialized, the lanes in parallel; lanes on one device share
-        its turn."""
+        """Each lane's reference worker, started and initialized in parallel; lanes on one device share its turn."""
         plan = self.plan
-        turns: dict[str, DeviceTurn] = {}
-        refs = []
-        for i, dev in enumerate(plan.lanes):
-            turn = turns.setdefault(dev, DeviceTurn(pause_builds=self.lane_cores[i] is None))
-            env = self._lane_env(i) | {"TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
-                                       "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
-            log = lanes.lane_log(self.logs, "reference", i)
-            w = lanes.start_worker(plan, self.repo_root, env, log, self.scratch, trusted=True)
-            refs.append((ReferenceRunner(w, plan, plan.config.timeouts.shape_s, turn=turn), env))
+        turns = {dev: DeviceTurn(pause_builds=self.build_cores is None) for dev in set(plan.lanes)}
+        caches = {"TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
+                  "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
+        envs = [self._lane_env(i) | caches for i in range(len(plan.lanes))]
+        refs = [ReferenceRunner(WorkerHandle(repo_root=self.repo_root, env=envs[i], cwd=self.scratch, trusted=True,
+                                             log_path=self._lane_log("reference", i)),
+                                plan, plan.config.timeouts.shape_s, turn=turns[dev])
+                for i, dev in enumerate(plan.lanes)]
 
         def init(i: int) -> str | None:
-            ref, env = refs[i]
             try:
-                self.lane_info[i] = ref.init(self.problem_src, plan.device, str(plan.cache_dir), self.lane_cores[i], env)
+                self.lane_info[i] = refs[i].init(self.problem_src, self.lane_cores[i], envs[i])
             except (RuntimeError, WorkerGone) as e:
                 return f"reference worker on lane {i} failed to start: {e}"
             return None
@@ -228,10 +222,10 @@ class Runner:
         with ThreadPoolExecutor(max_workers=len(refs)) as ex:
             errors = [e for e in ex.map(init, range(len(refs))) if e]
         if errors:
-            for r, _ in refs:
+            for r in refs:
                 r.worker.kill()
             raise RuntimeError(errors[0] + f" (log: {self.logs})")
-        return [r for r, _ in refs]
+        return refs
 
     def _start_lanes(self, refs, arch, work) -> list[threading.Thread]:
         plan = self.plan
@@ -241,18 +235,16 @@ class Runner:
             info = self.lane_info[i]
             size = 1 if self.lane_cores[i] is None else lanes.SPARE_WORKERS
             lane_env = self._lane_env(i) | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
-            make = lanes.spare_maker(plan, self.repo_root, lane_env, self.scratch, lanes.lane_log(self.logs, "spare", i),
+            make = lanes.spare_maker(plan, self.repo_root, lane_env, self.scratch, self._lane_log("spare", i),
                                      self.build_cores, ref.turn, size, self.problem_src, self.profile)
             ctx = lanes.LaneContext(
                 index=i, plan=plan, store=store, ref=ref, scratch=self.scratch, log_dir=self.logs,
-                device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i],
-                poison_bytes=lanes.POISON_BYTES if plan.device == "cuda" else 0, gate=self.tamper.gate, turn=ref.turn,
-                keep=self.tamper.guard.keep, profile=self.profile,
-                cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
+                device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i], tamper=self.tamper,
+                profile=self.profile, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.contexts.append(ctx)
             spares = lanes.SparePool(make, size=size, needed=len(self.cands))
             threads.append(threading.Thread(target=lanes.run_lane, name=f"kbh-lane{i}", daemon=True, args=(
-                ctx, spares, work, self.todo, self.static, self.tamper, self.writer, self.advance)))
+                ctx, spares, work, self.todo, self.static, self.writer, self.advance)))
         for t in threads:
             t.start()
         return threads
@@ -267,10 +259,7 @@ class Runner:
         }
         if final:
             data["reference_timings"] = {
-                str(c.index): {s: {k: (getattr(t, k).to_json() if getattr(t, k) else None)
-                                   for k in ("eager", "compiled", "graph", "floor_launch", "floor_read", "floor_copy")}
-                               | {"empty_gap_us": t.empty_gap_us, "compile_error": t.compile_error, "error": t.error,
-                                  "seconds": t.seconds}
+                str(c.index): {s: {k: (v.to_json() if isinstance(v, Measurement) else v) for k, v in vars(t).items()}
                                for s, t in c.timings.items()}
                 for c in self.contexts}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}

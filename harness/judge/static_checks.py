@@ -21,18 +21,6 @@ CUDA_STREAM_RE = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cuStreamC
 CUDA_THREAD_RE = re.compile(r"\b(std::thread|pthread_create|std::async|std::jthread)\b")
 C_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
-RULES = {
-    "no_custom_kernel": "a CUDA candidate must define a kernel (__global__) in its load_inline/load sources",
-    "patches_runtime": "assigns to an attribute of torch, time, builtins, the harness or the problem module",
-    "threads": "uses threads (threading, concurrent.futures, std::thread): "
-               "work could run outside the timed call",
-    "processes": "starts processes (multiprocessing, subprocess, os.fork)",
-    "ctypes": "loads native code through ctypes/cffi, which can patch anything",
-    "side_stream": "creates a CUDA stream: work on it is invisible to events on the current stream",
-    "tensor_subclass": "defines a Tensor subclass or torch function hook (lazy or proxy outputs)",
-    "torch_fallback": "falls back to torch operators in an except handler",
-    "torch_compute_in_forward": "ModelNew.forward computes with torch operators and calls no custom kernel",
-}
 WARNINGS = {"torch_compute_in_forward"}
 
 
@@ -45,9 +33,6 @@ class Finding:
     @property
     def severity(self) -> str:
         return "warning" if self.rule in WARNINGS else "error"
-
-    def __str__(self) -> str:
-        return f"{self.rule} (line {self.line}: {self.detail})"
 
 
 class _Analyzer(ast.NodeVisitor):
@@ -114,8 +99,7 @@ class _Analyzer(ast.NodeVisitor):
             for name in names if path else []:
                 self.alias[name] = path
             if isinstance(node.value, ast.Call) and self.dotted(node.value.func) in EXT_LOADERS:
-                attrs = [f"self.{t.attr}" for t in node.targets if isinstance(t, ast.Attribute)]
-                self.ext_names.update(names, attrs)
+                self.ext_names.update(names, [f"self.{t.attr}" for t in node.targets if isinstance(t, ast.Attribute)])
         self.generic_visit(node)
 
     visit_AugAssign = visit_AnnAssign = visit_Delete = visit_Assign
@@ -187,8 +171,6 @@ class _Analyzer(ast.NodeVisitor):
             return
         forward = forwards[-1]
 
-        def calls(fn: ast.AST) -> list[ast.Call]:
-            return [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
         def callee(f: ast.AST) -> str | None:
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
                 return f.attr
@@ -201,15 +183,15 @@ class _Analyzer(ast.NodeVisitor):
                 node = node.value
             return isinstance(node, ast.Name) and node.id in self.ext_names
         def reaches_ext(fn: ast.AST) -> bool:
-            return any(uses_ext(c) or callee(c.func) in calling_ext for c in calls(fn))
+            return any(uses_ext(c) or callee(c.func) in calling_ext for c in ast.walk(fn) if isinstance(c, ast.Call))
 
         calling_ext: set[str] = set()
         while (grown := {name for name, fn in funcs.items() if reaches_ext(fn)}) != calling_ext:
             calling_ext = grown
         if reaches_ext(forward):
             return
-        for c in calls(forward):
-            path = self.dotted(c.func) or ""
+        for c in ast.walk(forward):
+            path = (self.dotted(c.func) or "") if isinstance(c, ast.Call) else ""
             if path.startswith("torch.") and path[len("torch."):] not in NON_COMPUTE:
                 self.add("torch_compute_in_forward", c, f"forward calls {path} and no custom kernel")
                 return
@@ -227,7 +209,5 @@ def analyze(source: str, device: str, base_dir: Path | None = None,
         if not a.has_kernel:
             a.findings.append(Finding("no_custom_kernel", 1, "no __global__ function in any native source"))
         a.forward_findings()
-    unique: dict[tuple[str, int], Finding] = {}
-    for f in sorted(a.findings, key=lambda f: (f.line, f.rule)):
-        unique.setdefault((f.rule, f.line), f)
-    return list(unique.values())
+    unique = {(f.line, f.rule): f for f in reversed(a.findings)}  # the first finding of a rule on a line wins
+    return sorted(unique.values(), key=lambda f: (f.line, f.rule))

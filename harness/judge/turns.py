@@ -5,17 +5,13 @@ import threading
 
 from .builds import RUNNING
 
-TIMED_COMMANDS = frozenset({"time", "graph"})
-
 
 class DeviceTurn:
     """Held around every timed command on one device. Lanes that share the device take turns (a reference timed
     beside a candidate on one GPU would slow both); where timing shares its cores with builds (CPU runs, small
-    hosts), running builds are paused (SIGSTOP) meanwhile.
-
-    Spare workers make their CUDA context (0.22-0.29 s on the H200) in the turn, and only while the lane has
-    untimed work ahead (a record's start and checks, the reference's outputs and torch.compile's first calls):
-    one let in between two timed commands would hold the next for all of it."""
+    hosts), running builds are paused (SIGSTOP) meanwhile. Spare workers make their CUDA context (0.22-0.29 s on
+    the H200) in the turn, only while the lane has untimed work ahead (a record's start and checks, the reference's
+    outputs, torch.compile's first calls): one let in between two timed commands would hold the next for all of it."""
 
     def __init__(self, pause_builds: bool = False):
         self.lock = threading.Lock()
@@ -24,13 +20,13 @@ class DeviceTurn:
         self.window.set()
 
     @contextlib.contextmanager
-    def __call__(self):
-        with self.lock, (RUNNING.frozen() if self.pause_builds else contextlib.nullcontext()):
+    def __call__(self, pause_builds: bool = False):
+        with self.lock, (RUNNING.frozen() if self.pause_builds or pause_builds else contextlib.nullcontext()):
             yield
 
     def around(self, cmd: str):
         """The turn for a timed worker command; nothing for the others."""
-        return self() if cmd in TIMED_COMMANDS else contextlib.nullcontext()
+        return self() if cmd in ("time", "graph") else contextlib.nullcontext()
 
     def open_to_spares(self, is_open: bool) -> None:
         (self.window.set if is_open else self.window.clear)()

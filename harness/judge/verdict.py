@@ -1,14 +1,12 @@
-"""Where every verdict is decided: evidence about one solution on one shape in, status and flags out.
-
-Pure and deterministic; it runs in the judge, never in a process that ran candidate code. Every threshold
-that turns a measurement into a flag, or decides which timed calls are verified, is here with its reason.
-"""
+"""Where every verdict is decided: evidence about one solution on one shape in, status and flags out. Pure and
+deterministic; it runs in the judge, never in a process that ran candidate code. Every threshold that turns a
+measurement into a flag, or decides which timed calls are verified, is here with its reason."""
 
 import math
 from dataclasses import dataclass
 
 from ..stats import quantile
-from .evidence import CheckOutcome, Comparison, Evidence
+from .evidence import Comparison, Evidence
 
 STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
 
@@ -54,10 +52,6 @@ class Decision:
     comparison: Comparison | None = None
 
 
-def _first_failed_check(e: Evidence) -> CheckOutcome | None:
-    return next((c for c in e.checks if not c.comparison.ok), None)
-
-
 def integrity_flags(e: Evidence) -> dict[str, str]:
     """Flags that reject, each with the observation behind it."""
     flags: dict[str, str] = {}
@@ -95,20 +89,19 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
     if any(v.input_mutated for v in e.timed):
         flags["input_mutated"] = "inputs differ after a timed call"
     t = e.timing
-    if t is not None and e.empty_gap_us is not None and e.device == "cuda" and e.host_gap_us is not None:
-        limit = e.empty_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
-        if e.host_gap_us > limit:
-            flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
-                                            f"(limit {limit:.0f} us): device work the events did not see")
-    if t is not None and e.device_exceeds_host:
-        flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
-    if t is not None and e.judge_call_us is not None:
-        if timer_contradicts(t.median_us, e.judge_call_us):
+    if t is not None:
+        if e.empty_gap_us is not None and e.device == "cuda" and e.host_gap_us is not None:
+            limit = e.empty_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
+            if e.host_gap_us > limit:
+                flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
+                                                f"(limit {limit:.0f} us): device work the events did not see")
+        if e.device_exceeds_host:
+            flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
+        if e.judge_call_us is not None and timer_contradicts(t.median_us, e.judge_call_us):
             flags["timer_mismatch"] = (f"reported {t.median_us:.1f} us, the judge's clock saw "
                                        f"{e.judge_call_us:.1f} us per call")
-    if t is not None and e.copy_gbps and e.min_bytes >= max(2 * e.cache_bytes, 1) and t.median_us > 0:
-        gbps = e.min_bytes / t.median_us / 1e3
-        if gbps > FASTER_THAN_MEMORY_RATIO * e.copy_gbps:
+        gbps = e.min_bytes / t.median_us / 1e3 if t.median_us > 0 else 0.0
+        if e.copy_gbps and e.min_bytes >= max(2 * e.cache_bytes, 1) and gbps > FASTER_THAN_MEMORY_RATIO * e.copy_gbps:
             flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
                                            f"{e.copy_gbps:.0f} GB/s")
     if e.tampered:
@@ -122,35 +115,31 @@ def timer_contradicts(reported_us: float, judge_call_us: float) -> bool:
 
 
 def info_flags(e: Evidence) -> list[str]:
-    flags = []
-    if e.timing is not None and e.floor_launch_us and e.device == "cuda":
-        if e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us:
-            flags.append("launch_bound")
-    if e.timing is not None and e.device == "cuda" and e.graph is None and e.graph_message:
-        flags.append("not_graph_safe")
-    return flags
+    if e.timing is None or e.device != "cuda":
+        return []
+    launch_bound = bool(e.floor_launch_us) and e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us
+    not_graph_safe = e.graph is None and bool(e.graph_message)
+    return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe)) if on]
 
 
 def decide(e: Evidence) -> Decision:
-    static = [f"static:{r}" for r in e.static_errors] if e.static_policy != "off" else []
-    warnings = [f"static:{r}" for r in e.static_warnings] if e.static_policy != "off" else []
-    if e.failure and e.failure[0] == "compile_error":
-        return Decision("compile_error", tuple(static + warnings), e.failure[1])
-    if e.failure and e.failure[0] == "build_timeout":
-        return Decision("timeout", tuple(static + warnings), e.failure[1])
+    off = e.static_policy == "off"
+    static = [] if off else [f"static:{r}" for r in e.static_errors]
+    flags = static + ([] if off else [f"static:{r}" for r in e.static_warnings])
+    build_failure = {"compile_error": "compile_error", "build_timeout": "timeout"}
+    if e.failure and e.failure[0] in build_failure:
+        return Decision(build_failure[e.failure[0]], tuple(flags), e.failure[1])
     if static and e.static_policy == "strict":
-        return Decision("rejected", tuple(static + warnings), "static checks: " + "; ".join(e.static_errors))
+        return Decision("rejected", tuple(flags), "static checks: " + "; ".join(e.static_errors))
     integrity = integrity_flags(e)
-    flags = list(dict.fromkeys(static + warnings + list(integrity)))
-    failed = _first_failed_check(e)
+    flags = list(dict.fromkeys(flags + list(integrity)))
+    failed = next((c for c in e.checks if not c.comparison.ok), None)
     if integrity:
-        first = next(iter(integrity))
-        msg = f"{first}: {integrity[first]}"
-        if failed is not None:
-            msg += f"; seed {failed.seed}: {failed.comparison.detail}"
-            flags.append(failed.comparison.kind)
-        return Decision("rejected", tuple(dict.fromkeys(flags)), msg,
-                        failed.seed if failed else None, failed.comparison if failed else None)
+        msg = "{}: {}".format(*next(iter(integrity.items())))
+        if failed is None:
+            return Decision("rejected", tuple(flags), msg)
+        return Decision("rejected", tuple(dict.fromkeys(flags + [failed.comparison.kind])),
+                        f"{msg}; seed {failed.seed}: {failed.comparison.detail}", failed.seed, failed.comparison)
     if e.reference_error:
         return Decision("runtime_error", tuple(flags + ["reference_error"]), f"reference failed: {e.reference_error}")
     if failed is not None:
@@ -160,15 +149,11 @@ def decide(e: Evidence) -> Decision:
     if e.bad_output:
         return Decision("runtime_error", tuple(flags), e.bad_output[1])
     if e.failure:
-        kind, msg = e.failure
-        status = "timeout" if kind == "timeout" else "runtime_error"
-        return Decision(status, tuple(flags), msg)
+        return Decision("timeout" if e.failure[0] == "timeout" else "runtime_error", tuple(flags), e.failure[1])
     if e.timing is None:
         return Decision("runtime_error", tuple(flags), "no timing was recorded")
-    flags += info_flags(e)
-    last = e.checks[-1] if e.checks else None
-    return Decision("correct", tuple(dict.fromkeys(flags)), e.graph_message or "",
-                    comparison=last.comparison if last else None)
+    return Decision("correct", tuple(dict.fromkeys(flags + info_flags(e))), e.graph_message or "",
+                    comparison=e.checks[-1].comparison if e.checks else None)
 
 
 def fast_tail(replies: list[dict], q: float) -> list[tuple[int, int]]:

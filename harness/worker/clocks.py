@@ -2,6 +2,7 @@
 bound at import: a candidate patching `time` or `torch.cuda.Event` later changes nothing here."""
 
 import bisect
+import contextlib
 import ctypes
 import time
 from collections.abc import Callable
@@ -32,17 +33,19 @@ class Sample:
     call: int = -1
 
 
-def find_cudart() -> ctypes.CDLL | None:
+def mapped_libraries(name: str) -> list[str]:
+    """Paths of the shared libraries loaded in this process whose path contains `name`."""
     try:
         with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libcudart" in line}
+            return sorted({line.split()[-1] for line in f if name in line})
     except OSError:
-        return None
-    for p in sorted(paths):
-        try:
+        return []
+
+
+def find_cudart() -> ctypes.CDLL | None:
+    for p in mapped_libraries("libcudart"):
+        with contextlib.suppress(OSError):
             return ctypes.CDLL(p)
-        except OSError:
-            continue
     return None
 
 
@@ -62,10 +65,8 @@ def prefer_spin_wait() -> str:
 class CudaClock:
     """CUDA events on the current stream around the call; host clock around call plus full sync."""
 
-    kind = "cuda"
-
-    def __init__(self, device: str, flush_bytes: int):
-        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+    def __init__(self, flush_bytes: int):
+        self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         self._record = torch.cuda.Event.record
         self._elapsed = torch.cuda.Event.elapsed_time
@@ -81,9 +82,6 @@ class CudaClock:
         if self._cudart is not None:
             self._cudart.cudaCtxResetPersistingL2Cache()
         _zero(self.flush_buf)
-
-    def sync(self) -> None:
-        self._sync()
 
     def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
         e0, e1, e2 = self._events
@@ -103,8 +101,6 @@ class CudaClock:
 class CpuClock:
     """Monotonic host clock around the call; the flush writes a buffer twice the last-level cache."""
 
-    kind = "cpu"
-
     def __init__(self, flush_bytes: int):
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8)
         self.l2_reset = "n/a"
@@ -113,9 +109,6 @@ class CpuClock:
     def flush(self) -> None:
         self._n = (self._n + 1) % 251
         _fill(self.flush_buf, self._n)
-
-    def sync(self) -> None:
-        pass
 
     def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
         self.flush()

@@ -28,6 +28,7 @@ from .outputs import (
     plain_outputs,
     poison,
     storage_span,
+    tensor_bytes,
     tensor_meta,
 )
 from .timed import TimedCommands
@@ -108,10 +109,8 @@ class Worker(TimedCommands):
         """A 0xFF block released to the caching allocator: allocations carved from it read NaN or -1."""
         if nbytes and self.device == "cuda" and not self.poisoned:
             self.poisoned = True
-            free, _ = torch.cuda.mem_get_info()
-            block = torch.empty(poison_size(free, nbytes, holders), dtype=torch.uint8,
-                                device="cuda").fill_(255)
-            del block
+            size = poison_size(torch.cuda.mem_get_info()[0], nbytes, holders)
+            torch.empty(size, dtype=torch.uint8, device="cuda").fill_(255)  # freed at once, to the cache
             torch.cuda.synchronize()
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
@@ -150,7 +149,7 @@ class Worker(TimedCommands):
             flush = max(2 * l2, 256 * 2**20)
             info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                         sms=props.multi_processor_count, l2_bytes=l2, memory_bytes=props.total_memory)
-            self.clock = clocks.CudaClock("cuda", flush)
+            self.clock = clocks.CudaClock(flush)
         else:
             try:
                 text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
@@ -236,17 +235,6 @@ class Worker(TimedCommands):
         except Exception as e:
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
-    def check_repeatable(self, seed: int, fps: list[int]) -> None:
-        """Judge and worker draw each seed apart: a redraw with new tensors filled catches a draw that returns
-        memory it never wrote or runs an op that differs run to run, before any candidate is judged on it."""
-        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
-                                                    fill_uninitialized=True))
-        if again != fps:
-            i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
-            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
-                               f"in input tensor {i} (it returns memory it never wrote, or an op differs run "
-                               "to run; README, Writing a problem)")
-
     def tensor_fps(self, xs: list) -> list[int]:
         return self.fp.exact_many([x for x in xs if isinstance(x, torch.Tensor)]).tolist()
 
@@ -257,13 +245,21 @@ class Worker(TimedCommands):
     def cmd_check(self, frames, seed: int, out_prefix: str | None = None) -> dict:
         inputs = self.inputs(seed)
         if self.role == "reference":
-            in_fps = self.tensor_fps(inputs)
-            self.check_repeatable(seed, in_fps)
+            # Judge and worker draw each seed apart: a redraw with new tensors filled catches a draw that returns
+            # memory it never wrote or runs an op that differs run to run, before any candidate is judged on it.
+            fps = self.tensor_fps(inputs)
+            again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
+                                                        fill_uninitialized=True))
+            if again != fps:
+                i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
+                raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
+                                   f"in input tensor {i} (it returns memory it never wrote, or an op differs "
+                                   "run to run; README, Writing a problem)")
             outs = plain_outputs(self.model(*inputs))
             self.sync()
             frames.extend(as_bytes(o) for o in outs)
-            in_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-            return {"outputs": [tensor_meta(o) for o in outs], "input_fps": in_fps, "input_bytes": in_bytes}
+            return {"outputs": [tensor_meta(o) for o in outs], "input_fps": fps,
+                    "input_bytes": tensor_bytes(inputs)}
         threads_before = native_threads()
         _set_det(True, warn_only=True)
         try:

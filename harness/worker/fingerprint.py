@@ -121,15 +121,9 @@ class Fingerprinter:
         main = flat.numel() // K * K
         acc = torch.zeros(4, dtype=torch.float64, device=t.device)
 
-        def add(x: torch.Tensor, ur: torch.Tensor | None, vf: torch.Tensor) -> None:
+        def add(x: torch.Tensor, ur: torch.Tensor, vf: torch.Tensor) -> None:
             x = x.to(torch.float64).nan_to_num(NAN_SUB, POSINF_SUB, NEGINF_SUB)
             tol2 = (atol + rtol * x.abs()) ** 2
-            if ur is None:
-                acc[0] += (x * vf).sum()
-                acc[1] += vf.abs().sum()
-                acc[2] += (x.abs() * vf.abs()).sum()
-                acc[3] += (tol2 * vf * vf).sum()
-                return
             acc[0] += ((x * vf).sum(1) * ur).sum()
             acc[1] += ur.abs().sum() * vf.abs().sum()
             acc[2] += ((x.abs() * vf.abs()).sum(1) * ur.abs()).sum()
@@ -141,5 +135,5 @@ class Fingerprinter:
             for r0 in range(0, m.shape[0], CHUNK_ROWS):
                 add(m[r0:r0 + CHUNK_ROWS], uf[r0:r0 + CHUNK_ROWS], self.vf)
         if main < flat.numel():
-            add(flat[main:], None, self.vf[: flat.numel() - main])
+            add(flat[main:].unsqueeze(0), acc.new_ones(1), self.vf[: flat.numel() - main])  # the tail: one row
         return acc

@@ -18,12 +18,9 @@ CUDA_ERROR_NOT_INITIALIZED = 3
 def cuda_loaded() -> bool:
     """Whether the CUDA driver has started here (a fork could not use the GPU); asking its device count does
     not start it."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "libcuda.so" in line})
-    except OSError:
-        return False
-    for path in paths:
+    from .clocks import mapped_libraries  # after the timed imports: it imports torch
+
+    for path in mapped_libraries("libcuda.so"):
         try:
             count = ctypes.c_int(0)
             if ctypes.CDLL(path).cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED:

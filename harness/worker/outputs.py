@@ -65,10 +65,7 @@ def storage_span(t: torch.Tensor) -> tuple[int, int]:
 
 def aliases(outs: list[torch.Tensor], inputs: list) -> bool:
     spans = [storage_span(x) for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
-    for lo, hi in (storage_span(o) for o in outs if o.numel()):
-        if any(lo < xh and xl < hi for xl, xh in spans):
-            return True
-    return False
+    return any(lo < xh and xl < hi for lo, hi in (storage_span(o) for o in outs if o.numel()) for xl, xh in spans)
 
 
 class OutputSlots:
@@ -78,32 +75,26 @@ class OutputSlots:
         self.slots: dict[str, tuple[int, torch.Tensor]] = {}
         self._cudart = None
 
-    def _rt(self):
-        """Torch's CUDA runtime through ctypes; its errors are cleared here, never left for a candidate."""
+    def _host(self, fn: str, buf: torch.Tensor, *args) -> None:
+        """cudaHostRegister/Unregister through ctypes; its errors are cleared here, never left for a candidate."""
         if self._cudart is None:
             self._cudart = find_cudart() or False
-        return self._cudart or None
+        if self._cudart and getattr(self._cudart, fn)(ctypes.c_void_p(buf.data_ptr()), *args):
+            self._cudart.cudaGetLastError()
 
     def write(self, t: torch.Tensor, path: str) -> None:
         src = t.detach().contiguous().reshape(-1).view(torch.uint8)
         n = src.numel()
         cap, buf = self.slots.get(path, (0, None))
         if buf is None or cap < n:
-            self._release(path)
+            if buf is not None and torch.cuda.is_initialized():
+                self._host("cudaHostUnregister", buf)
             cap = max(n, 1)
             with open(path, "wb") as f:
                 f.truncate(cap)
             buf = torch.from_file(path, shared=True, size=cap, dtype=torch.uint8)
-            rt = self._rt() if src.is_cuda else None
-            if rt is not None and rt.cudaHostRegister(ctypes.c_void_p(buf.data_ptr()),
-                                                      ctypes.c_size_t(cap), 0):
-                rt.cudaGetLastError()
+            if src.is_cuda:
+                self._host("cudaHostRegister", buf, ctypes.c_size_t(cap), 0)
             self.slots[path] = (cap, buf)
         if n:
             buf[:n].copy_(src)
-
-    def _release(self, path: str) -> None:
-        cap, buf = self.slots.pop(path, (0, None))
-        rt = self._rt() if buf is not None and torch.cuda.is_initialized() else None
-        if rt is not None and rt.cudaHostUnregister(ctypes.c_void_p(buf.data_ptr())):
-            rt.cudaGetLastError()

@@ -14,37 +14,31 @@ from .outputs import BadOutput, HarnessError, plain_outputs, poison
 from .watch import native_threads
 
 
-class _EmptyModel(torch.nn.Module):
-    """The thinnest candidate: a module whose forward launches one one-element kernel."""
+class _Floor(torch.nn.Module):
+    """A floor's stand-in, called as a candidate's module is. launch: the thinnest candidate, one one-element
+    kernel; launch_read: an output shape that depends on device data, one value read to the host, one launch;
+    copy: `nbytes` (half read, half written) copied into a fresh output, as a candidate allocates its own."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.add_(1)
-
-
-class _ReadModel(torch.nn.Module):
-    """A call whose output shape depends on device data: one value read to the host, one launch."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x.item()
-        return x.add_(1)
-
-
-class _CopyModel(torch.nn.Module):
-    """A copy of `nbytes` (half read, half written) into a fresh output, as a candidate allocates its own."""
-
-    def __init__(self, nbytes: int, device: str):
+    def __init__(self, kind: str, nbytes: int, device: str):
         super().__init__()
-        self.src = torch.empty(max(nbytes // 2, 1), dtype=torch.uint8, device=device).random_()
+        self.one = torch.zeros(1, device=device)
+        if kind == "copy":
+            self.src = torch.empty(max(nbytes // 2, 1), dtype=torch.uint8, device=device).random_()
+        self.forward = {"launch": self.launch, "launch_read": self.launch_read, "copy": self.copy}[kind]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def launch(self) -> torch.Tensor:
+        return self.one.add_(1)
+
+    def launch_read(self) -> torch.Tensor:
+        self.one.item()
+        return self.one.add_(1)
+
+    def copy(self) -> torch.Tensor:
         return torch.empty_like(self.src).copy_(self.src)
 
 
 def _calls_json(calls: dict[int, Any]) -> dict[str, list | str]:
-    def plain(x):
-        return x.tolist() if isinstance(x, torch.Tensor) else x
-
-    return {str(i): c if c == OVERWRITTEN else [plain(c[0]), plain(c[1]), [] if c[2] is None else plain(c[2])]
+    return {str(i): c if c == OVERWRITTEN else [x.tolist() if isinstance(x, torch.Tensor) else x for x in c]
             for i, c in calls.items()}
 
 
@@ -77,10 +71,8 @@ class TimedCommands:
         floor carries the same between-call costs."""
         model = self.compiled if compiled else self.model
         if floor is not None:
-            kind = {"launch": _EmptyModel, "launch_read": _ReadModel, "copy": _CopyModel}[floor]
-            stand_in = kind(floor_bytes, self.device) if kind is _CopyModel else kind()
-            one = torch.zeros(1, device=self.device)
-            model = lambda *_: stand_in(one)  # noqa: E731
+            stand_in = _Floor(floor, floor_bytes, self.device)
+            model = lambda *_: stand_in()  # noqa: E731
         feed = TimedFeed(self, base_seed, projection if verify else None, draw=floor is None)
         current: list = []
 
@@ -89,11 +81,9 @@ class TimedCommands:
             current[:] = [args]
             return (lambda: model(*args)), counted
 
-        def on_call(i: int, out: Any, extra: Any) -> None:
-            feed.hold(i, current[0], out)
-
         threads_before = native_threads()
-        samples, unsampled = clocks.run_loop(self.clock, step, lambda _: None, on_call, LoopSettings(**loop))
+        samples, unsampled = clocks.run_loop(self.clock, step, lambda _: None,
+                                             lambda i, out, _: feed.hold(i, current[0], out), LoopSettings(**loop))
         feed.settle()
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
                 "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples],
@@ -137,7 +127,7 @@ class TimedCommands:
             outs = plain_outputs(static_out)
             exact = self.fp.exact_many(outs + tensors)
             projs = torch.stack([self.fp.projection(o) for o in outs]) if projection else None
-            return outs, exact[:len(outs)], projs, exact[len(outs):] if tensors else None
+            return outs, exact[:len(outs)], projs, exact[len(outs):]
 
         def on_call(i: int, out: Any, extra: Any) -> None:
             outs, fps, projs, ins = extra
