@@ -1,5 +1,7 @@
 """Each static rule fires on code that breaks it, with its line, and stays quiet on comments and docstrings."""
 
+from pathlib import Path
+
 import pytest
 
 from harness.judge.static_checks import analyze
@@ -91,3 +93,63 @@ def test_bundled_solutions_are_clean():
 
 def test_syntax_error_yields_no_findings():
     assert analyze("def broken(:\n", "cuda") == []
+
+
+BACKENDS = Path(__file__).resolve().parent / "candidates" / "backends"
+CUTE = '''
+import torch
+import cutlass.cute as cute
+
+@cute.kernel
+def scale_kernel(x):
+    pass
+
+@cute.jit
+def scale(x):
+    scale_kernel(x).launch(grid=[1, 1, 1], block=[128, 1, 1])
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        scale(x)
+        return x
+'''
+TILELANG = '''
+import torch
+import tilelang
+import tilelang.language as T
+
+@tilelang.jit
+def make(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32")):
+        pass
+    return main
+
+kernel = make(1024)
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return kernel(x)
+'''
+
+
+@pytest.mark.parametrize("src", [
+    (BACKENDS / "vadd_triton.py").read_text(),
+    (BACKENDS / "vadd_triton_aliased.py").read_text(),
+    CUTE,
+    TILELANG,
+], ids=["triton", "triton_autotune_aliased", "cute", "tilelang"])
+def test_kernel_dsl_candidates_pass_strict_checks(src):
+    assert analyze(src, "cuda") == []
+
+
+def test_dsl_kernel_defined_but_not_launched_in_forward_is_warned():
+    found = {f.rule: f for f in analyze((BACKENDS / "dummy_triton.py").read_text(), "cuda")}
+    assert "no_custom_kernel" not in found
+    assert found["torch_compute_in_forward"].severity == "warning"
+
+
+def test_a_decorator_of_another_library_is_no_kernel():
+    src = ("import torch\nimport functools\n@functools.lru_cache\ndef jit(x):\n    return x\n"
+           "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
+    assert "no_custom_kernel" in rules(src, "cuda")
