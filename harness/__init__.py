@@ -6,3 +6,13 @@ verifies. settings, stats, problem, seeds, cachekeys and protocol are shared by 
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """`harness.evaluate` and `harness.Evaluator` (harness.judge.api), imported on first use: worker processes
+    import this package too and never load the judge."""
+    if name in ("evaluate", "Evaluator"):
+        from .judge import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

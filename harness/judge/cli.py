@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="run_eval.py", description="Build, check and time kernel candidates against a reference "
                 "PyTorch Model, and write a speedup table under results/.")
-    p.add_argument("config", help="YAML run config (e.g. configs/pack_tokens.yaml)")
+    p.add_argument("config", help="YAML run config (e.g. configs/pack_tokens.yaml), or a KernelBench problem file "
+                   "(its get_inputs() as written is the one shape, default settings)")
     p.add_argument("--solution", nargs="+", action="extend", metavar="FILE", help="candidate files, folders "
                    "(their *.py) or globs; default: the config's solutions for the device")
     p.add_argument("--device", choices=("cuda", "cpu"),

@@ -90,9 +90,14 @@ class _File:
 
 
 def load_config(path: str | Path) -> Config:
+    """A YAML run config, or a KernelBench problem file alone: its get_inputs() as written is the one shape
+    ('default'), every setting its default."""
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"{path}: config file not found")
+    if file.suffix == ".py":
+        return Config(path=file.resolve(), problem=file.resolve(), solutions={d: () for d in DEVICES},
+                      shapes=(Shape("default", {}),))
     try:
         data = yaml.safe_load(file.read_text())
     except yaml.YAMLError as e:

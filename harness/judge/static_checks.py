@@ -1,4 +1,5 @@
-"""Static checks of a candidate's source, run in the judge so a cheat is caught before any of it runs."""
+"""Static checks of a candidate's source, run in the judge so a cheat is caught before any of it runs. Rules
+that depend on the kernel language are keyed by backend (BACKENDS); the backend is detected from the source."""
 
 import ast
 import re
@@ -13,6 +14,12 @@ STREAM_CALLS = {"torch.cuda.Stream", "torch.cuda.streams.Stream", "torch.cuda.Ex
                 "torch.cuda.stream", "torch.cuda.StreamContext"}
 SUBCLASS_BASES = {"torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"}
 EXT_LOADERS = {"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"}
+BACKENDS = {  # backend: the decorators that make a Python function its kernel (cuda: __global__ in a native source)
+    "cuda": frozenset(),
+    "triton": frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit.jit"}),
+    "cute": frozenset({"cutlass.cute.kernel", "cutlass.cute.jit"}),
+    "tilelang": frozenset({"tilelang.jit", "tilelang.language.prim_func", "tvm.script.tir.prim_func"}),
+}
 NON_COMPUTE = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
                "full_like", "tensor", "as_tensor", "device", "Size", "no_grad", "is_tensor",
                "is_floating_point", "get_default_dtype", "cuda.current_stream", "cuda.current_device",
@@ -42,7 +49,7 @@ class _Analyzer(ast.NodeVisitor):
         self.protected = PROTECTED_ROOTS | problem_names
         self.findings: list[Finding] = []
         self.ext_names: set[str] = set()
-        self.has_kernel = False
+        self.backends: set[str] = set()
         self.tree = ast.parse(source)
         self.doc_ids = {id(n.body[0].value) for n in ast.walk(self.tree)  # docstrings are prose, never code
                         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
@@ -98,7 +105,8 @@ class _Analyzer(ast.NodeVisitor):
             names = [t.id for t in node.targets if isinstance(t, ast.Name)]
             for name in names if path else []:
                 self.alias[name] = path
-            if isinstance(node.value, ast.Call) and self.dotted(node.value.func) in EXT_LOADERS:
+            made = node.value.func if isinstance(node.value, ast.Call) else None  # an extension, a DSL kernel
+            if made is not None and (self.dotted(made) in EXT_LOADERS or getattr(made, "id", None) in self.ext_names):
                 self.ext_names.update(names, [f"self.{t.attr}" for t in node.targets if isinstance(t, ast.Attribute)])
         self.generic_visit(node)
 
@@ -122,6 +130,12 @@ class _Analyzer(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef | ast.FunctionDef) -> None:
+        for d in node.decorator_list:
+            path = self.dotted(d.func if isinstance(d, ast.Call) else d) or ""
+            for backend, decorators in BACKENDS.items():
+                if path in decorators:  # a kernel, or a factory of one: calls of it launch candidate code
+                    self.backends.add(backend)
+                    self.ext_names.add(node.name)
         if isinstance(node, ast.FunctionDef) and node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("tensor_subclass", node, f"defines {node.name}")
         for b in node.bases if isinstance(node, ast.ClassDef) else []:
@@ -148,7 +162,8 @@ class _Analyzer(ast.NodeVisitor):
 
     def _scan_native(self, text: str, line: int) -> None:
         code = C_COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
-        self.has_kernel |= "__global__" in code
+        if "__global__" in code:
+            self.backends.add("cuda")
         for rx, rule in ((CUDA_STREAM_RE, "side_stream"), (CUDA_THREAD_RE, "threads")):
             for m in rx.finditer(code):
                 self.findings.append(Finding(rule, line + code.count("\n", 0, m.start()),
@@ -176,7 +191,7 @@ class _Analyzer(ast.NodeVisitor):
                 return f.attr
             return f.id if isinstance(f, ast.Name) else None
         def uses_ext(c: ast.Call) -> bool:
-            node = c.func
+            node = c.func.value if isinstance(c.func, ast.Subscript) else c.func  # a Triton launch: kernel[grid](...)
             while isinstance(node, ast.Attribute):
                 if callee(node) and f"self.{node.attr}" in self.ext_names:
                     return True
@@ -206,8 +221,9 @@ def analyze(source: str, device: str, base_dir: Path | None = None,
         return []
     a.visit(a.tree)
     if device == "cuda":
-        if not a.has_kernel:
-            a.findings.append(Finding("no_custom_kernel", 1, "no __global__ function in any native source"))
+        if not a.backends:
+            a.findings.append(Finding("no_custom_kernel", 1, "no kernel: no __global__ function in a native source "
+                                      f"and no function decorated by {', '.join(sorted(set().union(*BACKENDS.values())))}"))
         a.forward_findings()
     unique = {(f.line, f.rule): f for f in reversed(a.findings)}  # the first finding of a rule on a line wins
     return sorted(unique.values(), key=lambda f: (f.line, f.rule))

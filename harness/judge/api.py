@@ -1,0 +1,95 @@
+"""The Python entry point, for loops that evaluate candidates held in memory: the command line's plan, run and
+records, in the caller's process, with no subprocess per call and no output folder to parse."""
+
+import json
+import re
+import tempfile
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from ..errors import UsageError
+from . import forkserver
+from .cli import REPO_ROOT, build_parser, make_plan
+
+OPTIONS = ("shapes", "seeds", "seed", "static_checks", "jobs", "gpus", "cache", "out", "isolate", "profile")
+"""Keyword options, named as the command line's flags (--static-checks is static_checks)."""
+
+
+def _as_file(item: str | Path, folder: Path, stem: str) -> Path:
+    """A path stays a path; text (anything with a line break) is written to a file of its own."""
+    if isinstance(item, Path) or "\n" not in item:
+        return Path(item)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.py"
+    path.write_text(item)
+    return path
+
+
+class Evaluator:
+    """Evaluations one at a time in this process. Between calls it keeps the fork server (the parent of workers
+    and builds, torch already imported) and the build cache, so a loop does not pay their start each call.
+    close(), or leaving a with block, stops every process it started."""
+
+    def __init__(self, *, device: str | None = None, quiet: bool = True, **options):
+        self.defaults = self._checked(dict(options, device=device))
+        self.console = Console(quiet=quiet, highlight=False)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _checked(options: dict) -> dict:
+        unknown = set(options) - {*OPTIONS, "device"}
+        if unknown:
+            raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}; known: device, {', '.join(OPTIONS)}")
+        return options
+
+    def evaluate(self, problem: str | Path, candidates, **options) -> list[dict]:
+        """Records of each candidate at each shape, in that order, as results.jsonl holds them. `problem` is a YAML run config,
+        a KernelBench problem file or its text; `candidates` a list of paths or source texts, or a mapping of
+        names to either. Bad input raises harness.errors.UsageError with the command line's one-line message."""
+        opts = {**self.defaults, **self._checked(options)}
+        with self._lock, tempfile.TemporaryDirectory(prefix="kbh-api-") as tmp:
+            src = Path(tmp) / "src"
+            named = list(candidates.items() if isinstance(candidates, dict) else (
+                (f"candidate_{i}", c) for i, c in enumerate([candidates] if isinstance(candidates, str) else candidates)))
+            for name, _ in named:
+                if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(name)):
+                    raise UsageError(f"candidate name {name!r}: expected letters, digits, '_', '.' and '-'")
+            args = build_parser().parse_args([str(_as_file(problem, src / "problem", "problem"))])
+            vars(args).update({k: v for k, v in opts.items() if v is not None}, resume=None, build_only=False,
+                              solution=[str(_as_file(c, src / "candidates", name)) for name, c in named],
+                              out=str(opts.get("out") or Path(tmp) / "out"))
+            if isinstance(args.shapes, str):
+                args.shapes = [args.shapes]
+            if isinstance(args.gpus, int):
+                args.gpus = str(args.gpus)
+            server = forkserver.current()
+            if not args.isolate and (server is None or server.status not in ("starting", "ready")):
+                forkserver.start(REPO_ROOT)
+            plan = make_plan(args, self.console)
+            if isinstance(candidates, dict) and len(plan.solutions) == len(named):  # the caller's names
+                plan = replace(plan, solutions=tuple((n, p) for (n, _), (_, p) in zip(named, plan.solutions)))
+            from .runner import Runner
+
+            Runner(plan, self.console, REPO_ROOT).run()
+            lines = (plan.out_dir / "results.jsonl").read_text().splitlines()
+            order = {key: i for i, key in enumerate((n, s.name) for n, _ in plan.solutions for s in plan.shapes)}
+            records = [json.loads(line) for line in lines if line.strip()]  # in the order they finished
+            return sorted(records, key=lambda r: order.get((r["solution"], r["shape"]), len(order)))
+
+    def close(self) -> None:
+        forkserver.stop()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def evaluate(problem: str | Path, candidates, *, device: str | None = None, **options) -> list[dict]:
+    """One evaluation with an Evaluator of its own, stopped before it returns."""
+    with Evaluator(device=device, **options) as ev:
+        return ev.evaluate(problem, candidates)

@@ -1,0 +1,23 @@
+"""Candidates in kernel DSLs run under default strict checks: Triton kernels are correct with no flag; a Triton
+kernel that forward never launches, torch doing the work, is flagged."""
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS
+
+pytestmark = pytest.mark.gpu
+BACKENDS = CANDIDATES / "backends"
+
+
+def test_triton_candidates_are_correct_and_a_dummy_kernel_is_flagged(run_eval):
+    pytest.importorskip("triton")
+    res = run_eval(CONFIGS / "gpu_vadd.yaml", "--device", "cuda", "--shapes", "tiny", "large", "--solution",
+                   *(str(BACKENDS / f"{n}.py") for n in ("vadd_triton", "vadd_triton_aliased", "dummy_triton")))
+    assert res.rc == 0, res.stderr
+    for name in ("vadd_triton", "vadd_triton_aliased"):
+        for shape in ("tiny", "large"):
+            r = res.by(name, shape)
+            assert r["status"] == "correct" and not [f for f in r["flags"] if f.startswith("static:")], r
+            assert r["speedup"] > 0
+    dummy = res.by("dummy_triton", "tiny")
+    assert dummy["status"] == "correct" and "static:torch_compute_in_forward" in dummy["flags"], dummy

@@ -1,0 +1,71 @@
+"""The Python API returns the records the command line writes, from paths or source text, and an Evaluator called
+again and again in one process leaves no process behind; a KernelBench problem file runs without a YAML config."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+import harness
+from conftest import CANDIDATES, CONFIGS, REPO
+from harness.errors import UsageError
+
+pytestmark = pytest.mark.slow
+HONEST = CANDIDATES / "cpu" / "vadd_cpp.py"
+WRONG = CANDIDATES / "cpu" / "vsub_wrong_cpp.py"
+
+
+def live_children() -> list[int]:
+    """Processes whose parent is this one and that have not ended (zombies excluded)."""
+    kids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] not in "ZX":
+            kids.append(int(pid))
+    return kids
+
+
+def test_evaluate_takes_paths_and_source_text_and_returns_the_records(build_cache, tmp_path):
+    before = live_children()
+    records = harness.evaluate(CONFIGS / "cpu_vadd.yaml",
+                               {"honest": HONEST, "honest_text": HONEST.read_text(), "wrong": WRONG.read_text()},
+                               device="cpu", seed=11, cache=str(build_cache), out=str(tmp_path / "out"))
+    by = {r["solution"]: r for r in records}
+    assert [by[n]["status"] for n in ("honest", "honest_text", "wrong")] == ["correct", "correct", "incorrect"]
+    assert by["honest"]["shape"] == "small" and by["honest"]["speedup"] > 0
+    written = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(written) == len(records) == 3
+    assert live_children() == before
+
+
+def test_an_evaluator_called_repeatedly_gives_the_same_verdicts_and_leaks_no_process(build_cache):
+    before = live_children()
+    with harness.Evaluator(device="cpu", cache=str(build_cache), seed=5) as ev:
+        first = ev.evaluate(CONFIGS / "cpu_vadd.yaml", [HONEST.read_text(), str(WRONG)])
+        again = ev.evaluate(CONFIGS / "cpu_vadd.yaml", [HONEST.read_text(), str(WRONG)])
+        one = ev.evaluate(CONFIGS / "cpu_vadd.yaml", str(HONEST))
+    assert [r["status"] for r in first] == [r["status"] for r in again] == ["correct", "incorrect"]
+    assert [r["solution"] for r in first] == ["candidate_0", "vsub_wrong_cpp"]
+    assert [(r["solution"], r["status"]) for r in one] == [("vadd_cpp", "correct")]
+    assert live_children() == before
+
+
+def test_api_bad_input_names_the_problem(build_cache):
+    with pytest.raises(UsageError, match="missing.py"):
+        harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(REPO / "missing.py")], device="cpu", cache=str(build_cache))
+    with pytest.raises(UsageError, match="candidate name"):
+        harness.evaluate(CONFIGS / "cpu_vadd.yaml", {"../up": HONEST.read_text()}, device="cpu")
+    with pytest.raises(TypeError, match="unknown option"):
+        harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(HONEST)], device="cpu", budget=3)
+
+
+def test_a_kernelbench_problem_file_runs_without_a_config(run_eval):
+    res = run_eval(REPO / "tests" / "problems" / "vector_add.py", "--device", "cpu", "--seed", "3",
+                   "--solution", str(HONEST), str(WRONG))
+    assert res.rc == 0, res.stderr
+    assert res.by("vadd_cpp", "default")["status"] == "correct"
+    assert res.by("vsub_wrong_cpp", "default")["status"] == "incorrect"
+    assert res.run_json["config"]["shapes"] == {"default": {}}
