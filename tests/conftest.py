@@ -107,3 +107,16 @@ def fresh_cache_with_header(build_cache, dest):
     if (build_cache / "pch").is_dir():
         shutil.copytree(build_cache / "pch", dest / "pch")
     return dest
+
+
+def live_children() -> list[int]:
+    """Processes whose parent is this one and that have not ended (zombies excluded)."""
+    kids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] not in "ZX":
+            kids.append(int(pid))
+    return kids

@@ -1,31 +1,15 @@
 """The Python API returns the records the command line writes, from paths or source text, and an Evaluator called
 again and again in one process leaves no process behind; a KernelBench problem file runs without a YAML config."""
 
-import os
-from pathlib import Path
-
 import pytest
 
 import harness
-from conftest import CANDIDATES, CONFIGS, REPO
+from conftest import CANDIDATES, CONFIGS, REPO, live_children
 from harness.errors import UsageError
 
 pytestmark = pytest.mark.slow
 HONEST = CANDIDATES / "cpu" / "vadd_cpp.py"
 WRONG = CANDIDATES / "cpu" / "vsub_wrong_cpp.py"
-
-
-def live_children() -> list[int]:
-    """Processes whose parent is this one and that have not ended (zombies excluded)."""
-    kids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] not in "ZX":
-            kids.append(int(pid))
-    return kids
 
 
 def test_evaluate_takes_paths_and_source_text_and_returns_the_records(build_cache, tmp_path):
