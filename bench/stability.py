@@ -22,8 +22,8 @@ from _common import CONFIG, FAST, md_table, records, run_eval, run_json
 
 from harness.stats import mean_cv
 
-HEADER = ["shape", "runs", "speedup mean", "speedup CV", "median of round ratios CV", "time us mean", "time CV",
-          "reference us CV", "empty launch us (min-max)", "target"]
+HEADER = ["shape", "runs", "speedup mean", "speedup CV", "median of round ratios CV", "95% CI half-width mean",
+          "runs with CI over 1", "time us mean", "time CV", "reference us CV", "empty launch us (min-max)", "target"]
 
 
 def render(per_shape: dict, device: str, name: str, label: str) -> str:
@@ -36,7 +36,10 @@ def render(per_shape: dict, device: str, name: str, label: str) -> str:
         tm, tcv = mean_cv(d["time"])
         limit = 0.03 if shape == "seed" or tm <= 50 else 0.01
         rcv = f"{100 * mean_cv(d['round_ratio'])[1]:.2f}%" if len(d["round_ratio"]) > 1 else ""
-        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", rcv, f"{tm:.1f}", f"{100 * tcv:.2f}%",
+        half = [(ci[1] - ci[0]) / 2 / s for ci, s in zip(d["ci"], d["speedup"]) if ci]
+        over = f"{sum(ci[0] > 1 for ci in d['ci'] if ci)}/{sum(1 for ci in d['ci'] if ci)}"
+        rows.append([shape, len(d["speedup"]), f"{sm:.3f}x", f"{100 * scv:.2f}%", rcv,
+                     f"{100 * statistics.mean(half):.2f}%" if half else "", over, f"{tm:.1f}", f"{100 * tcv:.2f}%",
                      f"{100 * mean_cv(d['ref'])[1]:.2f}%", f"{min(d['launch']):.1f}-{max(d['launch']):.1f}",
                      f"{'met' if scv <= limit else 'MISSED'} (CV <= {100 * limit:.0f}%)"])
     return (f"\n{label}: {len(next(iter(per_shape.values()))['speedup'])} separate evaluations of {name} on {device}; "
@@ -54,6 +57,8 @@ def main() -> None:
     ap.add_argument("--arm", nargs="*", default=None, metavar="KEY=VALUE", help="a second arm: timing keys (YAML values)")
     ap.add_argument("--env", nargs="*", default=None, metavar="KEY=VALUE", help="a second arm: environment variables")
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    ap.add_argument("--static-checks", default=None, help="passed on (off: a torch-only candidate, e.g. "
+                    "bench/reference_candidate.py, the reference's own code, for the near-tie figures)")
     args = ap.parse_args()
     base = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kbh-stability-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -74,7 +79,8 @@ def main() -> None:
             config.write_text(yaml.safe_dump(cfg))
             shutil.rmtree(base / f"arm{k}-run{i}", ignore_errors=True)  # run_eval continues a folder's records
             wall, out, rc = run_eval(str(config), "--device", args.device, "--solution", args.solution,
-                                     *(["--shapes", *args.shapes] if args.shapes else []), "--out",
+                                     *(["--shapes", *args.shapes] if args.shapes else []),
+                                     *(["--static-checks", args.static_checks] if args.static_checks else []), "--out",
                                      str(base / f"arm{k}-run{i}"), env=extra)
             device = run_json(out)["devices"]["0"].get("gpu") or "cpu"
             for r in records(out):
@@ -83,9 +89,11 @@ def main() -> None:
                       f"floors {f}, speedup {r['speedup']}, time/copy {t.get('copy_ratio')}", flush=True)
                 if r["status"] != "correct":
                     continue
-                d = data[k].setdefault(r["shape"], {"speedup": [], "time": [], "ref": [], "round_ratio": [], "launch": []})
+                d = data[k].setdefault(r["shape"], {"speedup": [], "time": [], "ref": [], "round_ratio": [], "launch": [],
+                                                    "ci": []})
                 rounds = (r["diagnostics"] or {}).get("rounds") or []
                 d["speedup"].append(r["speedup"])
+                d["ci"].append(r.get("speedup_ci"))
                 d["time"].append(t["time_us"])
                 d["ref"].append(t["ref_time_us"])
                 d["launch"].append(f["launch_us"])

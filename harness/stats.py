@@ -84,13 +84,45 @@ def pooled_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]],
     return quantile(a, q) / d if d > 0 else None
 
 
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""Student t's 0.975 quantile for 1 to 30 degrees of freedom; 1.96 beyond."""
+
+
+def ratio_interval(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]], q: float,
+                   center: float | None) -> tuple[float, float] | None:
+    """95% interval of a pooled ratio (pooled_ratio) from its paired rounds: Student t over the rounds' own log
+    ratios (each round's q-quantile over the other side's), centred on the pooled ratio. The rounds run apart in
+    time, so their spread holds the host's drift as well as each round's sampling noise. None under 2 rounds."""
+    logs = []
+    for a, b in zip(num, den):
+        if a and b and (qa := quantile(sorted(a), q)) > 0 and (qb := quantile(sorted(b), q)) > 0:
+            logs.append(math.log(qa / qb))
+    if len(logs) < 2 or not center:
+        return None
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    half = (T975[len(logs) - 2] if len(logs) <= len(T975) + 1 else 1.96) * sd / math.sqrt(len(logs))
+    return center * math.exp(-half), center * math.exp(half)
+
+
+def measured_ratio_interval(num: Measurement, den: Measurement) -> tuple[float, float] | None:
+    """95% interval of num's median over den's where no rounds exist: each side's relative standard error
+    (Measurement.rse) combined in log space, normal approximation."""
+    if num.median_us <= 0 or den.median_us <= 0 or not math.isfinite(num.rse) or not math.isfinite(den.rse):
+        return None
+    ratio, half = num.median_us / den.median_us, 1.96 * math.hypot(num.rse, den.rse)
+    return ratio * math.exp(-half), ratio * math.exp(half)
+
+
 def geomean(xs: Iterable[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in vals) / len(vals)) if vals else None
 
 
 def fast_p(speedups: Sequence[float | None], p: float) -> float:
-    """Share of entries that are correct (not None) and faster than p: KernelBench's fast_p."""
+    """Share of entries that are correct (not None) and faster than p: KernelBench's fast_p. The judge passes
+    each speedup's lower 95% bound, so a speedup counts only where its interval clears p."""
     return sum(1 for s in speedups if s is not None and s > p) / len(speedups) if speedups else 0.0
 
 

@@ -2,15 +2,17 @@
 
 import csv
 import json
+import math
 import statistics
 from pathlib import Path
 
 import pytest
 
 from conftest import CANDIDATES, CONFIGS, REPO
+from harness.stats import T975
 
-FIELDS = {"solution", "problem", "shape", "status", "flags", "message", "speedup", "speedup_compile", "check", "timing",
-          "floors", "diagnostics", "device", "lane", "solution_path", "log"}
+FIELDS = {"solution", "problem", "shape", "status", "flags", "message", "speedup", "speedup_compile", "speedup_ci",
+          "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "lane", "solution_path", "log"}
 PY = str(CANDIDATES / "honest" / "python_cpu.py")
 
 
@@ -54,6 +56,10 @@ def assert_rounds_explain_speedup(r: dict, rounds: int) -> None:
 
     assert r["speedup"] == pytest.approx(q10("reference") / q10("candidate"), rel=1e-4)
     assert r["timing"]["copy_ratio"] == pytest.approx(q10("candidate") / q10("copy"), rel=1e-4)
+    logs = [math.log(statistics.quantiles(c["reference"], n=10, method="inclusive")[0]
+                     / statistics.quantiles(c["candidate"], n=10, method="inclusive")[0]) for c in raw]
+    half = T975[len(logs) - 2] * statistics.stdev(logs) / math.sqrt(len(logs))  # the rounds' t interval
+    assert r["speedup_ci"] == pytest.approx([r["speedup"] * math.exp(-half), r["speedup"] * math.exp(half)], rel=1e-3)
     assert r["timing"]["ref_time_us"] == pytest.approx(statistics.median(every("reference")), abs=1e-3)
     assert r["floors"]["launch_us"] == pytest.approx(statistics.median(every("launch")), abs=1e-3)
     assert r["floors"]["copy_us"] == pytest.approx(statistics.median(every("copy")), abs=1e-3)
@@ -72,6 +78,8 @@ def test_one_round_gives_the_plain_ratios(run_eval, tmp_path):
     t = r["timing"]
     assert r["status"] == "correct" and t["speedup_rounds"] is None and r["diagnostics"] is None
     assert r["speedup"] == pytest.approx(t["ref_time_us"] / t["time_us"], rel=1e-4)
+    lo, hi = r["speedup_ci"]  # from the two medians' standard errors where no rounds exist
+    assert lo < r["speedup"] < hi
     assert t["copy_ratio"] == pytest.approx(t["time_us"] / r["floors"]["copy_us"], rel=1e-4)
 
 

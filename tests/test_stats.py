@@ -3,13 +3,16 @@ import math
 import pytest
 
 from harness.stats import (
+    T975,
     Round,
     fast_p,
     geomean,
     mean_cv,
+    measured_ratio_interval,
     pooled_ratio,
     quantile,
     quantile_rse,
+    ratio_interval,
     rse,
     summarize,
 )
@@ -93,3 +96,36 @@ def test_pooled_ratio_pools_rounds_and_needs_both_sides():
 def test_round_medians_name_each_figure():
     r = Round(reference=(3.0, 1.0, 2.0), candidate=(1.0,), copy=(), launch=(4.0, 6.0))
     assert r.medians() == {"reference_us": 2.0, "time_us": 1.0, "copy_us": None, "launch_us": 5.0}
+
+
+def test_ratio_interval_is_a_t_interval_of_the_rounds_log_ratios_around_the_pooled_ratio():
+    den = [[10.0] * 20 for _ in range(5)]
+    num = [[10.0 * f] * 20 for f in (1.00, 1.02, 0.98, 1.01, 0.99)]
+    center = pooled_ratio(num, den, 0.1)
+    lo, hi = ratio_interval(num, den, 0.1, center)
+    logs = [math.log(f) for f in (1.00, 1.02, 0.98, 1.01, 0.99)]
+    mean = sum(logs) / 5
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 4)
+    assert lo == pytest.approx(center * math.exp(-T975[3] * sd / math.sqrt(5)))
+    assert hi == pytest.approx(center * math.exp(T975[3] * sd / math.sqrt(5)))
+    assert lo < center < hi
+
+
+def test_ratio_interval_narrows_as_rounds_agree_and_needs_two_rounds():
+    den = [[10.0] * 20 for _ in range(5)]
+    spread = ratio_interval([[10.0 * f] * 20 for f in (1.5, 1.6, 1.4, 1.55, 1.45)], den, 0.1, 1.5)
+    tight = ratio_interval([[10.0 * f] * 20 for f in (1.5, 1.51, 1.49, 1.505, 1.495)], den, 0.1, 1.5)
+    assert tight[1] - tight[0] < spread[1] - spread[0]
+    assert tight[0] > 1.4 and tight[1] < 1.6
+    assert ratio_interval([[15.0]], [[10.0]], 0.1, 1.5) is None
+    assert ratio_interval([[15.0], []], [[10.0], [10.0]], 0.1, 1.5) is None
+
+
+def test_measured_ratio_interval_widens_with_either_sides_error():
+    a = summarize([10.0, 10.5, 9.5, 10.2, 9.8] * 4)
+    b = summarize([5.0, 5.1, 4.9, 5.05, 4.95] * 4)
+    lo, hi = measured_ratio_interval(a, b)
+    assert lo < a.median_us / b.median_us < hi
+    noisy = summarize([5.0, 7.0, 3.0, 6.0, 4.0] * 4)
+    nlo, nhi = measured_ratio_interval(a, noisy)
+    assert nhi / nlo > hi / lo

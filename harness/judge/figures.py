@@ -1,7 +1,7 @@
 """From evidence to a record: the verdict, then the figures a user reads (speedups, floors, bandwidth)."""
 
 from ..settings import Shape
-from ..stats import pooled_ratio, summarize
+from ..stats import measured_ratio_interval, pooled_ratio, ratio_interval, summarize
 from . import verdict
 from .builds import BuildResult, Candidate
 from .evidence import Evidence
@@ -13,22 +13,26 @@ def _median(m) -> float | None:
     return m.median_us if m is not None else None
 
 
-def speedups(ev: Evidence, ref_t: RefTiming, metric: str, q: float) -> tuple[float | None, float | None, float | None]:
-    """Speedup against the eager reference, against torch.compile, and the time over a copy of the same bytes. With
-    paired rounds (time_us): the reference's calls' q-quantile over the candidate's, and the candidate's over the
-    copies', every call of each side pooled over the rounds (stats.pooled_ratio); torch.compile chained through
-    the compiled/eager ratio the lane timed back to back. Without: medians over medians."""
+def speedups(ev: Evidence, ref_t: RefTiming, metric: str, q: float) -> tuple[float | None, float | None, float | None,
+                                                                          tuple[float, float] | None]:
+    """Speedup against the eager reference, against torch.compile, the time over a copy of the same bytes, and the
+    eager speedup's 95% interval. With paired rounds (time_us): the reference's calls' q-quantile over the
+    candidate's, every call of each side pooled over the rounds (stats.pooled_ratio), the interval from the
+    rounds' spread (stats.ratio_interval); torch.compile chained through the compiled/eager ratio the lane timed
+    back to back. Without: medians over medians, the interval from their standard errors."""
     t = ev.timing
     cand = [r.candidate for r in ev.rounds]
-    eager = pooled_ratio([r.reference for r in ev.rounds], cand, q) if metric == "time_us" else None
+    refs = [r.reference for r in ev.rounds]
+    eager = pooled_ratio(refs, cand, q) if metric == "time_us" else None
     if eager is not None:
         compiled = eager * ref_t.eager.median_us / ref_t.compiled.median_us if ref_t.eager and ref_t.compiled else None
-        return eager, compiled, pooled_ratio(cand, [r.copy for r in ev.rounds], q)
-    cand_us = _median(ev.graph) if metric == "gpu_time_us" else _median(t)
-    ref_us = _median(ref_t.graph) if metric == "gpu_time_us" else _median(ref_t.eager)
-    eager = ref_us / cand_us if ref_us and cand_us else None
+        return eager, compiled, pooled_ratio(cand, [r.copy for r in ev.rounds], q), ratio_interval(refs, cand, q, eager)
+    cand_m = ev.graph if metric == "gpu_time_us" else t
+    ref_m = ref_t.graph if metric == "gpu_time_us" else ref_t.eager
+    eager = ref_m.median_us / cand_m.median_us if ref_m and cand_m and cand_m.median_us > 0 else None
     compiled = ref_t.compiled.median_us / t.median_us if ref_t.compiled and t and t.median_us > 0 else None
-    return eager, compiled, t.median_us / ref_t.floor_copy.median_us if t and ref_t.floor_copy else None
+    ci = measured_ratio_interval(ref_m, cand_m) if eager is not None else None
+    return eager, compiled, t.median_us / ref_t.floor_copy.median_us if t and ref_t.floor_copy else None, ci
 
 
 def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: RefTiming, log: str,
@@ -36,12 +40,15 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
     d = verdict.decide(ev)
     correct = d.status == "correct"
     t = ev.timing
-    timing = floors = speedup = speedup_compile = None
+    timing = floors = speedup = speedup_compile = speedup_ci = speedup_compile_ci = None
     if t is not None:
-        eager, compiled, copy_ratio = speedups(ev, ref_t, plan.config.timing.speedup_metric,
-                                               plan.config.timing.speedup_quantile)
+        eager, compiled, copy_ratio, ci = speedups(ev, ref_t, plan.config.timing.speedup_metric,
+                                                   plan.config.timing.speedup_quantile)
         if correct:
             speedup, speedup_compile = eager, compiled
+            speedup_ci = list(ci) if ci else None
+            if ci and eager and compiled:  # chained: the compiled/eager ratio scales both bounds
+                speedup_compile_ci = [b * compiled / eager for b in ci]
         copies = [x for r in ev.rounds for x in r.copy]
         copy_us = summarize(copies).median_us if copies else _median(ref_t.floor_copy)
         refs = [x for r in ev.rounds for x in r.reference]
@@ -66,6 +73,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
     diagnostics = Diagnostics([r.medians() for r in ev.rounds], times_file) if ev.rounds else None
     return Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
                   flags=list(d.flags), message=d.message, speedup=speedup, speedup_compile=speedup_compile,
+                  speedup_ci=speedup_ci, speedup_compile_ci=speedup_compile_ci,
                   check=check, timing=timing, floors=floors, diagnostics=diagnostics, device=lane.device_name,
                   lane=lane.index, solution_path=str(cand.path), log=log, profile=profile)
 

@@ -63,6 +63,8 @@ class Record:
     message: str = ""
     speedup: float | None = None
     speedup_compile: float | None = None
+    speedup_ci: list[float] | None = None  # 95% interval of speedup (stats.ratio_interval)
+    speedup_compile_ci: list[float] | None = None
     check: CheckFigures = CheckFigures()
     timing: TimingFigures | None = None
     floors: Floors | None = None

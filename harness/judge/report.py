@@ -21,26 +21,44 @@ def _fmt(x: float | None, spec: str, unit: str = "") -> str:
     return "-" if x is None else format(x, spec) + unit
 
 
+def _speedup(d: dict, unit: str = "x") -> str:
+    """A speedup whose 95% interval holds 1 reads as ~1x: it is not shown to be faster or slower."""
+    lo, hi = d["speedup_lo"], d["speedup_hi"]
+    return f"~1{unit}" if lo is not None and lo <= 1 <= hi else _fmt(d["speedup"], ".2f", unit)
+
+
+def _interval(d: dict) -> str:
+    return "-" if d["speedup_lo"] is None else f"[{d['speedup_lo']:.2f}, {d['speedup_hi']:.2f}]"
+
+
+def _lower(r: Record) -> float | None:
+    """The speedup's lower 95% bound; the speedup itself where it has no interval."""
+    return r.speedup_ci[0] if r.speedup_ci else r.speedup
+
+
 def rows(records: list[Record]) -> list[dict]:
     return [{"solution": r.solution, "shape": r.shape, "status": r.status, "speedup": r.speedup,
-             "speedup_compile": r.speedup_compile,
+             "speedup_lo": r.speedup_ci[0] if r.speedup_ci else None,
+             "speedup_hi": r.speedup_ci[1] if r.speedup_ci else None, "speedup_compile": r.speedup_compile,
              **{k: getattr(r.timing or TimingFigures(), k) for k in TIMING_COLUMNS},
              "max_abs_err": r.check.max_abs_err, "flags": " ".join(r.flags), "message": r.message}
             for r in records]
 
 
 def summary(records: list[Record]) -> dict:
-    """Geometric means per solution and fast_p over solutions and over records."""
+    """Geometric means per solution, and fast_p over solutions and over records, each counted only where the
+    lower 95% bound clears p (for a solution, the geometric mean of its shapes' lower bounds)."""
     sols = {}
     for name in dict.fromkeys(r.solution for r in records):
         rs = [r for r in records if r.solution == name]
         ok = [r for r in rs if r.status == "correct"]
         sols[name] = {"shapes": len(rs), "correct": len(ok),
                       "geomean_speedup": geomean(r.speedup for r in ok),
+                      "geomean_speedup_lo": geomean(_lower(r) for r in ok),
                       "geomean_speedup_compile": geomean(r.speedup_compile for r in ok),
                       "all_correct": len(ok) == len(rs)}
-    per_solution = [s["geomean_speedup"] if s["all_correct"] else None for s in sols.values()]
-    per_record = [r.speedup if r.status == "correct" else None for r in records]
+    per_solution = [s["geomean_speedup_lo"] if s["all_correct"] else None for s in sols.values()]
+    per_record = [_lower(r) if r.status == "correct" else None for r in records]
     return {"solutions": sols, "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
             "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P}}
 
@@ -52,30 +70,31 @@ def caption(device: str, device_name: str, metric: str, quantile: float) -> str:
             f"speedup ({metric}): where speedup_rounds is set, the reference eager calls' {quantile:g} "
             "quantile (timing.speedup_quantile) over the candidate's, every call of each side pooled over "
             "the rounds timed in turn (record diagnostics.rounds has each round); else reference median / "
-            "candidate median; vs compile: torch.compile reference. x copy: the candidate over a copy of the "
-            "same bytes timed the same way (floors.copy_us), by rounds too.")
+            "candidate median; vs compile: torch.compile reference. 95% CI: Student t over the rounds' own "
+            "ratios (without rounds, from the medians' standard errors); a speedup whose interval holds 1 reads "
+            "~1x, and fast_p counts lower bounds. x copy: the candidate over a copy of the same bytes timed the "
+            "same way (floors.copy_us), by rounds too.")
 
 
 def print_table(records: list[Record], console: Console, title: str, note: str) -> None:
     table = Table(title=title, caption=note, show_lines=False)
-    for col in ("solution", "shape", "status", "speedup", "vs compile", "time_us", "runs", "max_abs_err",
+    for col in ("solution", "shape", "status", "speedup", "95% CI", "vs compile", "time_us", "runs", "max_abs_err",
                 "flags / message"):
         left = col in ("solution", "shape", "status", "flags / message")
         table.add_column(col, justify="left" if left else "right", overflow="fold")
     for d in rows(records):
         extra = f"{d['flags']} {d['message'] if d['status'] != 'correct' else ''}".strip()
         table.add_row(d["solution"], d["shape"], f"[{STATUS_STYLE.get(d['status'], '')}]{d['status']}[/]",
-                      _fmt(d["speedup"], ".2f", "x"), _fmt(d["speedup_compile"], ".2f", "x"),
-                      _fmt(d["time_us"], ".1f"), str(d["runs"] or "-"), _fmt(d["max_abs_err"], ".3g"),
+                      _speedup(d), _interval(d), _fmt(d["speedup_compile"], ".2f", "x"), _fmt(d["time_us"], ".1f"), str(d["runs"] or "-"), _fmt(d["max_abs_err"], ".3g"),
                       extra[:300])
     s = summary(records)
     for name, sol in s["solutions"].items():
         table.add_row(f"[bold]{name}[/]", "[bold]geomean[/]", f"{sol['correct']}/{sol['shapes']} correct",
-                      _fmt(sol["geomean_speedup"], ".2f", "x"),
+                      _fmt(sol["geomean_speedup"], ".2f", "x"), f"> {_fmt(sol['geomean_speedup_lo'], '.2f')}",
                       _fmt(sol["geomean_speedup_compile"], ".2f", "x"), "", "", "", "over correct shapes")
     console.print(table)
     fp = "  ".join(f"fast_{p}={v:.2f}" for p, v in s["fast_p"].items())
-    console.print(f"fast_p over solutions (all shapes correct, geomean speedup > p): {fp}")
+    console.print(f"fast_p over solutions (all shapes correct, geomean of lower 95% bounds > p): {fp}")
 
 
 def write_files(records: list[Record], out_dir: Path, note: str) -> None:
@@ -83,21 +102,21 @@ def write_files(records: list[Record], out_dir: Path, note: str) -> None:
     pd.DataFrame(data, columns=list(data[0]) if data else ["solution", "shape", "status"]).to_csv(
         out_dir / "summary.csv", index=False)
     (out_dir / "summary.json").write_text(json.dumps(s, indent=2))
-    lines = [f"_{note}_", "", "| solution | shape | status | speedup | vs compile | time_us | runs | GB/s | "
-             "x copy | max_abs_err | flags |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [f"_{note}_", "", "| solution | shape | status | speedup | 95% CI | vs compile | time_us | runs | GB/s | "
+             "x copy | max_abs_err | flags |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for d in data:
-        cells = [d["solution"], d["shape"], d["status"], _fmt(d["speedup"], ".2f"),
+        cells = [d["solution"], d["shape"], d["status"], _speedup(d, ""), _interval(d),
                  _fmt(d["speedup_compile"], ".2f"), _fmt(d["time_us"], ".1f"), d["runs"] or "-",
                  _fmt(d["bandwidth_gbps"], ".3g"), _fmt(d["copy_ratio"], ".2f"),
                  _fmt(d["max_abs_err"], ".3g"), d["flags"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    lines += ["", "| solution | correct shapes | geomean speedup | geomean vs compile |",
-              "|---|---:|---:|---:|"]
+    lines += ["", "| solution | correct shapes | geomean speedup | geomean of lower bounds | geomean vs compile |",
+              "|---|---:|---:|---:|---:|"]
     for name, sol in s["solutions"].items():
         lines.append(f"| {name} | {sol['correct']}/{sol['shapes']} | {_fmt(sol['geomean_speedup'], '.2f')} | "
-                     f"{_fmt(sol['geomean_speedup_compile'], '.2f')} |")
+                     f"{_fmt(sol['geomean_speedup_lo'], '.2f')} | {_fmt(sol['geomean_speedup_compile'], '.2f')} |")
     fp = ", ".join(f"fast_{p} = {v:.2f}" for p, v in s["fast_p"].items())
-    lines += ["", f"fast_p over solutions: {fp}"]
+    lines += ["", f"fast_p over solutions (geomean of lower 95% bounds > p): {fp}"]
     failing = [f"- {d['solution']} / {d['shape']}: {d['status']}: {d['message']}" for d in data
                if d["status"] != "correct" and d["message"]]
     lines += ["", "Messages:", "", *failing] if failing else []
