@@ -23,7 +23,7 @@ def test_run_completes_with_every_record(failures):
     ("no_modelnew", "runtime_error", "no ModelNew"),
     ("raises", "runtime_error", "forward: ValueError: this kernel does not support that routing"),
     ("segfault", "runtime_error", "SIGSEGV"),
-    ("hangs", "timeout", "no answer within"),
+    ("hangs", "timeout", "forward: no answer within the time limit (timeouts.shape_s: 10 s)"),
     ("slow_build", "timeout", "build exceeded"),
     ("wrong_shape", "incorrect", "shape (65, 32), expected (64, 32)"),
     ("wrong_dtype", "incorrect", "dtype float64, expected float32"),

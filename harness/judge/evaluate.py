@@ -58,7 +58,14 @@ class CandidateEvaluation:
     # -- worker plumbing -------------------------------------------------------------------
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
         with self.lane.tamper.gate.shared(), self.lane.ref.turn.around(cmd):
-            reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
+            try:
+                reply = self.worker.request(cmd, deadline - time.monotonic(), **args)
+            except WorkerGone as g:
+                if g.kind != "timeout":
+                    raise
+                key = "load_s" if cmd in ("log", "load") else "shape_s"
+                raise WorkerGone("timeout", f"{STAGES.get(cmd, cmd)}: no answer within the time limit "
+                                 f"(timeouts.{key}: {getattr(self.plan.config.timeouts, key):g} s)") from None
         self.worker_s[cmd] = self.worker_s.get(cmd, 0.0) + reply.get("worker_s", 0.0)
         self.patched.update(reply.get("patched") or [])
         if not reply.get("ok"):
