@@ -5,6 +5,7 @@ import contextlib
 import functools
 import inspect
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,12 @@ class ProblemSource:
     name: str
     path: str
     text: str
+
+
+def level_of(path: str | Path) -> str | None:
+    """The KernelBench level a problem's path names (a folder level1, level_2, ...), else None."""
+    hits = [m.group(1) for part in Path(path).parts if (m := re.fullmatch(r"level[_-]?(\d+)", part, re.I))]
+    return hits[-1] if hits else None
 
 
 def read_problem(path: Path) -> ProblemSource:

@@ -86,11 +86,11 @@ def build_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def run_eval(build_cache, tmp_path_factory):
-    def run(config: Path, *args: str, out: Path | None = None, timeout: float = 1800,
+    def run(config: Path | None, *args: str, out: Path | None = None, timeout: float = 1800,
             env: dict[str, str] | None = None) -> RunResult:
         out = out or tmp_path_factory.mktemp("run")
-        cmd = [sys.executable, str(REPO / "run_eval.py"), str(config), "--cache", str(build_cache), "--out", str(out),
-               *args]
+        cmd = [sys.executable, str(REPO / "run_eval.py"), *([str(config)] if config else []), "--cache",
+               str(build_cache), "--out", str(out), *args]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
                            env=dict(os.environ, **(env or {})))
         path = out / "results.jsonl"

@@ -11,7 +11,7 @@ import pytest
 from conftest import CANDIDATES, CONFIGS, REPO
 from harness.stats import T975
 
-FIELDS = {"solution", "problem", "shape", "status", "flags", "message", "speedup", "speedup_compile", "speedup_ci",
+FIELDS = {"solution", "problem", "level", "shape", "status", "flags", "message", "speedup", "speedup_compile", "speedup_ci",
           "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "lane", "solution_path", "log"}
 PY = str(CANDIDATES / "honest" / "python_cpu.py")
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
-from ..settings import STATIC_POLICIES
+from ..settings import STATIC_POLICIES, Config
 from . import forkserver, isolation
 from .builds import default_jobs
 from .config import load_config
@@ -31,8 +31,13 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="run_eval.py", description="Build, check and time kernel candidates against a reference "
                 "PyTorch Model, and write a speedup table under results/.")
-    p.add_argument("config", help="YAML run config (e.g. configs/pack_tokens.yaml), or a KernelBench problem file "
-                   "(its get_inputs() as written is the one shape, default settings)")
+    p.add_argument("config", nargs="?", help="YAML run config (e.g. configs/pack_tokens.yaml), or a KernelBench "
+                   "problem file (its get_inputs() as written is the one shape, default settings)")
+    p.add_argument("--problems", metavar="DIR|GLOB", help="a suite: every KernelBench problem file there (instead "
+                   "of CONFIG), each with the candidates in --solutions DIR/<problem file's stem>/*.py")
+    p.add_argument("--solutions", metavar="DIR", help="with --problems: the candidates' folder")
+    p.add_argument("--suite", metavar="FILE", help="with --problems: YAML of settings for every problem "
+                   "(`defaults`) and per problem (`problems: {stem: ...}`), keyed as in a run config")
     p.add_argument("--solution", nargs="+", action="extend", metavar="FILE", help="candidate files, folders "
                    "(their *.py) or globs; default: the config's solutions for the device")
     p.add_argument("--device", choices=("cuda", "cpu"),
@@ -71,8 +76,8 @@ def _cuda_visible() -> bool:
         return False
 
 
-def make_plan(args: argparse.Namespace, console: Console) -> Plan:
-    config = load_config(args.config)
+def make_plan(args: argparse.Namespace, console: Console, config: Config | None = None) -> Plan:
+    config = config or load_config(args.config)
     notes = []
     device = args.device
     if device is None:
@@ -135,6 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         forkserver.start(REPO_ROOT)
     try:
         try:
+            if (args.config is None) == (args.problems is None):
+                raise UsageError("give a CONFIG or --problems DIR|GLOB (a suite), not both")
+            if args.problems is not None:
+                from .suite import run_suite
+
+                records = run_suite(args, console, REPO_ROOT, make_plan)
+                return 1 if args.strict and any(r.status != "correct" for r in records) else 0
+            if args.solutions or args.suite:
+                raise UsageError("--solutions and --suite go with --problems (for one problem: --solution FILE)")
             plan = make_plan(args, console)
         except UsageError as e:
             sys.stderr.write(f"run_eval.py: error: {e}\n")

@@ -89,27 +89,36 @@ class _File:
         return p
 
 
-def load_config(path: str | Path) -> Config:
-    """A YAML run config, or a KernelBench problem file alone: its get_inputs() as written is the one shape
-    ('default'), every setting its default."""
+def read_yaml(path: str | Path) -> Any:
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"{path}: config file not found")
-    if file.suffix == ".py":
-        return Config(path=file.resolve(), problem=file.resolve(), solutions={d: () for d in DEVICES},
-                      shapes=(Shape("default", {}),))
     try:
-        data = yaml.safe_load(file.read_text())
+        return yaml.safe_load(file.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    """A YAML run config, or a KernelBench problem file alone: its get_inputs() as written is the one shape
+    ('default'), every setting its default."""
+    file = Path(path)
+    if file.suffix == ".py" and file.is_file():
+        return Config(path=file.resolve(), problem=file.resolve(), solutions={d: () for d in DEVICES},
+                      shapes=(Shape("default", {}),))
+    return config_from(read_yaml(file), file)
+
+
+def config_from(data: Any, file: Path) -> Config:
+    """A run config from its mapping, read from `file` (errors name it; relative paths start beside it)."""
     f = _File(file)
     top = f.mapping(data, "", ("problem", "solutions", "shapes", "cpu_shapes", "check", "timing", "build", "timeouts",
                                "static_checks"))
     base = file.resolve().parent
     if "problem" not in top:
-        raise UsageError(f"{path}: missing key 'problem'")
+        raise UsageError(f"{file}: missing key 'problem'")
     problem = f.file(base, top["problem"], "problem")
     sols = f.mapping(top.get("solutions"), "solutions", DEVICES)
     solutions: dict[str, tuple[Path, ...]] = {}

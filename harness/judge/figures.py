@@ -1,5 +1,6 @@
 """From evidence to a record: the verdict, then the figures a user reads (speedups, floors, bandwidth)."""
 
+from ..problem import level_of
 from ..settings import Shape
 from ..stats import measured_ratio_interval, pooled_ratio, ratio_interval, summarize
 from . import verdict
@@ -72,6 +73,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
         seed=d.failing_seed)
     diagnostics = Diagnostics([r.medians() for r in ev.rounds], times_file) if ev.rounds else None
     return Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
+                  level=level_of(plan.problem.path),
                   flags=list(d.flags), message=d.message, speedup=speedup, speedup_compile=speedup_compile,
                   speedup_ci=speedup_ci, speedup_compile_ci=speedup_compile_ci,
                   check=check, timing=timing, floors=floors, diagnostics=diagnostics, device=lane.device_name,
@@ -89,6 +91,7 @@ def unrun_records(plan, cand: Candidate, shapes: list[Shape], static: tuple[list
             ev.failure = ("build_timeout" if build.status == "timeout" else "compile_error", build.message)
         d = verdict.decide(ev)
         out.append(Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
+                          level=level_of(plan.problem.path),
                           flags=list(d.flags), message=d.message, device=device_name, solution_path=str(cand.path),
                           log=build.log if build else ""))
     return out

@@ -59,6 +59,7 @@ class Record:
     problem: str
     shape: str
     status: str
+    level: str | None = None  # the KernelBench level the problem's path names
     flags: list[str] = field(default_factory=list)
     message: str = ""
     speedup: float | None = None
