@@ -45,6 +45,21 @@ def test_defaults_fill_in(tmp_path):
     assert cfg.timing.speedup_metric == "time_us"
 
 
+def test_tolerance_per_dtype_by_default_and_as_configured(tmp_path):
+    plain = load_config(write(tmp_path, GOOD)).check
+    assert (plain.tolerance_for("float32").atol, plain.tolerance_for("float32").rtol) == (1e-4, 1e-4)
+    assert plain.tolerance_for("bfloat16").rtol == plain.tolerance_for("float16").rtol == 1e-2
+    assert plain.tolerance_for("int64").exact and plain.tolerance_for("bool").exact
+    assert plain.tolerances()["float32"] == [1e-4, 1e-4] and plain.tolerances()["default"] == [0.0, 0.0]
+    (tmp_path / "b").mkdir()
+    own = load_config(write(tmp_path / "b", GOOD + "\ncheck: {tolerance: {default: {atol: 0.5}, float16: {rtol: 0.1}}}\n"))
+    assert own.check.tolerance_for("float32").atol == 0.5 and own.check.tolerance_for("float32").rtol == 0.0
+    assert own.check.tolerance_for("float16").rtol == 0.1 and own.check.tolerance_for("float16").atol == 0.0
+    assert own.check.tolerances()["float32"] == [0.5, 0.0] and own.check.tolerances()["default"] == [0.5, 0.0]
+    problem_file = load_config(REPO / "tests" / "problems" / "vector_add.py").check
+    assert problem_file.tolerance_for("float32").rtol == 1e-4
+
+
 @pytest.mark.parametrize("extra, needle", [
     ("timng: {}", "unknown key 'timng'"),
     ("timing: {target_rse: fast}", "timing.target_rse"),

@@ -135,7 +135,7 @@ def config_from(data: Any, file: Path) -> Config:
         shapes.append(Shape(str(name), dict(params or {})))
     shapes = tuple(shapes) or (Shape("default", {}),)
     chk = f.mapping(top.get("check"), "check", tuple(x.name for x in fields(CheckSettings)))
-    tolerance = {"default": Tolerance()}
+    tolerance = {}
     for dtype, spec in f.mapping(chk.get("tolerance"), "check.tolerance").items():
         tolerance[str(dtype)] = f.settings(Tolerance, spec, f"check.tolerance.{dtype}")
     check = f.settings(CheckSettings, chk, "check", tolerance=tolerance)

@@ -162,8 +162,8 @@ class ReferenceRunner:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]
         if missing:
             self._setup(shape, False)
-            tols = {k: [t.atol, t.rtol] for k, t in self.plan.config.check.tolerance.items()}
-            r = self._ask("fingerprints", seeds=missing, projection=projection, tolerances=tols)
+            r = self._ask("fingerprints", seeds=missing, projection=projection,
+                          tolerances=self.plan.config.check.tolerances())
             for s, fp in zip(missing, r["fingerprints"]):
                 store.fps[(shape.name, s, projection)] = fp
         return {s: store.fps[(shape.name, s, projection)] for s in seeds}
