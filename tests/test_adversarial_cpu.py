@@ -36,7 +36,9 @@ def adversarial(run_eval):
     ("proxy_output", "not_plain_tensor"),           # 6
     ("alias_input", "output_aliases_input"),        # 6
     ("background_thread", "work_outside_timing"),   # 7
-    ("forge_results", "tampered_files"),            # 9
+    ("rewrite_stack", "timed_output_mismatch"),     # 12: the judge's clock answered without calling the model
+    ("rewrite_gc", "timer_mismatch"),               # 12: replies rewritten on their way to the socket
+    ("rewrite_globals", "timer_mismatch"),          # 12: the worker's json module swapped
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
     r = adversarial.by(cheat, "tiny")
@@ -73,6 +75,20 @@ def test_honest_candidates_in_the_same_batch_are_correct_and_unflagged(adversari
     for shape in ("tiny", "padded"):
         r = adversarial.by(honest, shape)
         assert r["status"] == "correct" and r["flags"] == [], json.dumps(r)
+
+
+def test_forged_writes_are_refused_where_the_sandbox_runs_and_undone_where_not(adversarial):
+    r = adversarial.by("forge_results", "tiny")
+    sandbox = json.loads((adversarial.out / "run.json").read_text())["write_sandbox"]
+    if sandbox.startswith("landlock"):
+        assert r["status"] == "runtime_error", r
+        refused = r["message"].split("refused: ", 1)[1].split("; ")
+        for end in ("harness/zz_forged.py", "problems/pack_tokens.py", "/results.jsonl", "/summary.md", "/extra.txt",
+                    "times/forged.json"):
+            assert any(x.endswith(f"{end}: Permission denied") for x in refused), (end, refused)
+        assert any(x.startswith("/proc/1/root/") and x.endswith("results.jsonl: Permission denied") for x in refused)
+    else:
+        assert r["status"] == "rejected" and "tampered_files" in r["flags"], r
 
 
 def test_forgery_leaves_no_trace(adversarial):

@@ -2,8 +2,10 @@
 
 from dataclasses import replace
 
+import pytest
+
 from harness.judge.evidence import CheckOutcome, Comparison, Evidence, TimedVerification
-from harness.judge.verdict import decide
+from harness.judge.verdict import TIMER_BOUND, decide
 from harness.stats import summarize
 
 OK = Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
@@ -110,3 +112,21 @@ def test_failures_and_static_policy():
     assert warned.status == "correct" and "static:threads (line 3)" in warned.flags
     off = decide(honest(static_errors=["threads (line 3)"], static_policy="off"))
     assert off.status == "correct" and not any(f.startswith("static") for f in off.flags)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_judges_clock_bounds_the_times_at_the_speedups_quantile(device):
+    ratio, slack = TIMER_BOUND[device]
+    edge = ratio * 5000.0 - slack
+    for fast, status in ((edge + 1, "correct"), (edge - 1, "rejected")):
+        e = honest(device=device, median=5000.0, judge_call_us=5000.0)
+        e.reported_fast_us = fast  # the median agrees with the judge: only the low quantile was rewritten
+        d = decide(e)
+        assert d.status == status and ("timer_mismatch" in d.flags) == (status == "rejected"), d
+
+
+def test_a_wrong_answer_on_the_judges_clock_is_a_timed_mismatch():
+    e = honest()
+    e.timed.append(TimedVerification(0, 7, ok=False, phase="judge's clock"))
+    d = decide(e)
+    assert d.status == "rejected" and "timed_output_mismatch" in d.flags and "judge's clock call 0" in d.message

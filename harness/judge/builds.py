@@ -112,14 +112,14 @@ def build_nice(order: int) -> int:
     return min(19, 1 + order)
 
 
-def build_env(arch: str | None, toolchain: str) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain,
+def build_env(arch: str | None, toolchain: str, tmp: Path) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, "TMPDIR": str(tmp),
             **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
 
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
               log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0,
-              isolate: bool = False) -> BuildResult:
+              isolate: bool = False, sandbox: dict | None = None) -> BuildResult:
     """Build in a process of its own, unless the cache holds every extension an earlier build of the same
     source in the same environment made (buildcache.memo_lookup): a warm batch starts no build process."""
     t0 = time.monotonic()
@@ -143,7 +143,7 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab", buffering=0) as log_file:
             log_file.write(f"== build {cand.path} ==\n".encode())
-            args = [str(cand.copy_path), str(result_path), str(root)]
+            args = [str(cand.copy_path), str(result_path), str(root), json.dumps(sandbox)]
             server = forkserver.current() if ident is None else None
             proc = server.fork(full_env, cwd, log_file.fileno(), build=args) if server else None
             proc = proc or subprocess.Popen([sys.executable, "-m", "harness.worker.build_main", *args],

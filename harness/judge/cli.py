@@ -14,7 +14,7 @@ from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
 from ..settings import STATIC_POLICIES, Config
-from . import forkserver, isolation
+from . import baseline, forkserver, isolation
 from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "to candidate code (the judge must be root)")
     p.add_argument("--build-only", action="store_true",
                    help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
+    p.add_argument("--reference-only", action="store_true", help="time the references only (eager, torch.compile, "
+                   "graph replay) and write them to OUT/baseline.json, for --baseline")
+    p.add_argument("--baseline", metavar="FILE", help="a --reference-only run's baseline.json: torch.compile's "
+                   "figures come from it (refused if timed on another GPU, driver, torch or CUDA)")
     p.add_argument("--profile", action="store_true", help="records and run.json also say where the wall time "
                    "went (stages, worker starts, timeline)")
     return p
@@ -95,7 +99,9 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
     shapes = select_shapes(config.shapes, wanted)
     validate(src, shapes)
     paths = expand_solutions(args.solution) if args.solution else list(config.solutions.get(device, ()))
-    if not paths:
+    if args.reference_only:
+        paths = []
+    elif not paths:
         raise UsageError(f"{args.config}: solutions.{device}: no solutions listed; pass --solution FILE")
     for option, value in (("--seeds", args.seeds), ("--jobs", args.jobs)):
         if value is not None and value < 1:
@@ -128,7 +134,9 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
                 static_policy=args.static_checks or config.static_checks,
                 lanes=parse_lanes(args.gpus, device), jobs=args.jobs or config.build.jobs or default_jobs(),
                 out_dir=out_dir.resolve(), cache_dir=cache_dir, run_id=run_id, notes=tuple(notes),
-                build_only=args.build_only, isolate=args.isolate, profile=args.profile)
+                build_only=args.build_only, isolate=args.isolate, profile=args.profile,
+                reference_only=args.reference_only, baseline=baseline.load(args.baseline, device) if args.baseline
+                else None, baseline_out=Path(getattr(args, "baseline_out", None) or out_dir / "baseline.json"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 
-def _run(cmd: list[str], cwd: Path | None = None) -> str:
+def command_output(cmd: list[str], cwd: Path | None = None) -> str:
     """The command's output; "" when it is missing, times out or fails (nvidia-smi prints its errors there)."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
@@ -20,16 +20,16 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str:
 def gpu_arch_hint() -> str | None:
     """The compute capability all GPUs report through nvidia-smi, or None: builds start while the reference
     workers still create their CUDA contexts (about 10 s on the H200); the runner checks it against torch."""
-    caps = set(_run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).split())
+    caps = set(command_output(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]).split())
     return caps.pop() if len(caps) == 1 and re.fullmatch(r"\d+\.\d+", next(iter(caps))) else None
 
 
 def host_info(repo: Path) -> dict:
     import torch
 
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
-    commit = _run(["git", "rev-parse", "HEAD"], repo)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    driver = command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+    commit = command_output(["git", "rev-parse", "HEAD"], repo)
+    dirty = command_output(["git", "status", "--porcelain", "--untracked-files=no"], repo)
     return {"python": sys.version.split()[0], "platform": platform.platform(),
             "cpu_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
             "torch_cuda": torch.version.cuda, "driver": driver[0] if driver else "",

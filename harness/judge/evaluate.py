@@ -12,7 +12,7 @@ import time
 from ..protocol import OVERWRITTEN
 from ..seeds import derive
 from ..settings import Shape
-from ..stats import Round, summarize
+from ..stats import Round, quantile, summarize
 from . import verdict
 from .builds import BuildResult, Candidate
 from .compare import compare_outputs, fingerprint_matches, read_output_file, same_as
@@ -89,7 +89,8 @@ class CandidateEvaluation:
             self._ask("log", deadline, path=str(self.log))
             try:
                 self._ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
-                          poison_bytes=POISON_BYTES if self.plan.device == "cuda" else 0, cache_dir=self.build.ext_root)
+                          poison_bytes=POISON_BYTES if self.plan.device == "cuda" else 0, cache_dir=self.build.ext_root,
+                          sandbox=self.lane.sandbox)
             except WorkerGone as g:
                 raise WorkerGone(g.kind, f"while importing: {g}") from None
 
@@ -274,23 +275,45 @@ class CandidateEvaluation:
                                           must=verdict.fast_tail(replies, plan.config.timing.speedup_quantile))
             self._check(ev, ref, plan.post_seed(shape.name), "post", deadline, first=False)
         with seconds_into(self.stages, "judge_clock"):
-            ev.judge_call_us = self._judge_clock(plan.judge_seed(shape.name), deadline)
-            if ev.judge_call_us is not None and verdict.timer_contradicts(ev.timing.median_us, ev.judge_call_us):
-                again = self._judge_clock(derive(plan.judge_seed(shape.name), "again"), deadline, freeze=True)
+            ev.reported_fast_us = quantile(sorted(dev), plan.config.timing.speedup_quantile)
+            base = plan.judge_seed(shape.name)
+            ev.judge_call_us = self._judge_clock(shape, ev, base, projection, tols, deadline)
+            if ev.judge_call_us is not None and verdict.timer_contradicts(ev.reported_fast_us, ev.judge_call_us, plan.device):
+                again = self._judge_clock(shape, ev, derive(base, "again"), projection, tols, deadline, freeze=True)
                 if again is not None:
                     ev.judge_call_us = min(ev.judge_call_us, again)
         if plan.device == "cuda" and plan.config.timing.graph:
             with seconds_into(self.stages, "graph"):
                 self._graph(shape, ev, projection, tols, deadline)
 
-    def _judge_clock(self, seed: int, deadline: float, freeze: bool = False) -> float | None:
-        """Per-call time on the judge's clock: the fastest call round trip less the fastest no-op one. Before a
-        mismatch can accuse a candidate it is measured again, over twice the rounds, with every build paused
-        (freeze): on a busy host the judge's wake-ups alone can add milliseconds to every round."""
+    def _judge_clock(self, shape: Shape, ev: Evidence, base: int, projection: bool, tols, deadline: float,
+                     freeze: bool = False) -> float | None:
+        """Per-call time on the judge's clock (processes.judge_timed): the fastest verified call round trip less
+        the fastest no-op one, the reference worker's no-ops the ceiling of the candidate's (which it could slow).
+        Every call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice
+        the rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
+        milliseconds to every round."""
         rounds = 2 * JUDGE_ROUNDS if freeze else JUDGE_ROUNDS
-        with self.lane.tamper.gate.shared(), self.lane.ref.turn(pause_builds=freeze):
-            calls, noops = judge_timed(self.worker, seed, rounds, deadline - time.monotonic())
-        return max(min(calls) - min(noops), 0.0) if calls and noops else None
+        try:
+            with self.lane.tamper.gate.shared(), self.lane.ref.turn(pause_builds=freeze):
+                calls, noops = judge_timed(self.worker, [derive(base, k) for k in range(rounds)], projection,
+                                           deadline - time.monotonic())
+        except RuntimeError as e:
+            raise CandidateFailure(f"forward during the judge's clock: {e}") from None
+        try:
+            with self.worker.frozen():
+                noops += self.lane.ref.judge_timed(shape, [derive(base, "reference", k) for k in range(rounds)],
+                                                   projection, pause_builds=freeze)[1]
+        except (RuntimeError, WorkerGone):
+            pass
+        want = self.lane.ref.fingerprints(self.lane.store, shape, [s for _, s, _ in calls], projection)
+        verified = []
+        for k, (us, seed, fp) in enumerate(calls):
+            ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
+            ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp[2] != want[seed][2],
+                                              phase="judge's clock"))
+            verified += [us] if ok else []
+        return max(min(verified) - min(noops), 0.0) if verified and noops else None
 
     def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
         base = self.plan.graph_seed(shape.name)

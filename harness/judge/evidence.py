@@ -38,6 +38,7 @@ class TimedVerification:
     ok: bool
     replay: bool = False
     input_mutated: bool = False
+    phase: str = "timed"
 
 
 @dataclass
@@ -60,7 +61,8 @@ class Evidence:
     timing_thread_growth: bool = False
     timing_py_threads: list[str] = field(default_factory=list)
     timed: list[TimedVerification] = field(default_factory=list)
-    judge_call_us: float | None = None
+    judge_call_us: float | None = None  # per verified call, on the judge's own clock
+    reported_fast_us: float | None = None  # the worker's reported times at the speedup's quantile
     graph: Measurement | None = None
     graph_message: str | None = None
     min_bytes: int = 0

@@ -8,12 +8,22 @@ import shutil
 import threading
 from pathlib import Path
 
+from .. import sandbox
 from .builds import RUNNING, run_build
 from .records import RecordWriter
 
 PROTECTED = ("harness", "problems", "configs", "run_eval.py")
 KEPT_DIR = "times"
 RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summary.json"}
+
+
+def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path) -> tuple[dict | None, str]:
+    """What processes that run candidate code may not write (the repo, the results), what they may inside it (the
+    build cache), for `harness.sandbox.restrict`; None where the kernel has no Landlock. And a line for run.json."""
+    abi = sandbox.abi_version()
+    if abi < 1:
+        return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
+    return {"protect": [str(repo_root), str(out_dir)], "allow": [str(cache_dir)]}, f"landlock ABI {abi}"
 
 
 class TreeGuard:

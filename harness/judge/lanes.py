@@ -38,6 +38,7 @@ class LaneContext:
     cores: list[int] | None
     tamper: TamperWatch
     profile: Profile
+    sandbox: dict | None = None
     cache_bytes: int = 0
     timings: dict[str, RefTiming] = field(default_factory=dict)
 

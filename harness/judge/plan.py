@@ -32,6 +32,14 @@ class Plan:
     build_only: bool = False
     isolate: bool = False  # build and evaluation workers run as users of their own (harness.judge.isolation)
     profile: bool = False  # records and run.json say where the wall time went
+    reference_only: bool = False  # time the references, write baseline_out, evaluate nothing
+    baseline: dict | None = None  # a --baseline file's entries (harness.judge.baseline)
+    baseline_out: Path | None = None
+
+    def baseline_for(self, shape: Shape) -> dict | None:
+        from .baseline import entry_key
+
+        return (self.baseline or {}).get(entry_key(self.problem.text, shape.name, dict(shape.params)))
 
     @property
     def loop(self) -> LoopSettings:

@@ -165,26 +165,32 @@ class WorkerHandle:
             self.kill()
 
 
-def judge_timed(worker: WorkerHandle, base_seed: int, rounds: int,
-                timeout: float) -> tuple[list[float], list[float]]:
-    """Time calls with the judge's own clock, interleaving no-op round trips to measure the channel."""
-    worker.send({"cmd": "judge_timed", "base_seed": base_seed, "rounds": rounds})
+def judge_timed(worker: WorkerHandle, seeds: list[int], projection: bool,
+                timeout: float) -> tuple[list[tuple[float, int, list]], list[float]]:
+    """Time calls with the judge's own clock, alternating with no-op round trips that draw and fingerprint the
+    same: each call's (microseconds, seed, fingerprints), and the no-ops' microseconds. seeds[k] goes out only
+    when round k's clock starts; even rounds call the model, odd ones do not."""
+    worker.send({"cmd": "judge_timed", "rounds": len(seeds), "projection": projection})
     deadline = time.monotonic() + timeout
     calls, noops = [], []
-    for k in range(rounds):
+    msg: dict = {}
+    for k, seed in enumerate(seeds):
         msg = worker.recv(deadline - time.monotonic())
         if "ready" not in msg:
             break
-        kind = "call" if k % 2 else "noop"
+        kind = "noop" if k % 2 else "call"
         t0 = time.perf_counter()
-        worker.send({"go": kind})
+        worker.send({"go": kind, "seed": seed})
         msg = worker.recv(deadline - time.monotonic())
         t1 = time.perf_counter()
         if "done" not in msg:
             break
-        (calls if kind == "call" else noops).append((t1 - t0) * 1e6)
+        if kind == "call":
+            calls.append(((t1 - t0) * 1e6, seed, msg.get("fp")))
+        else:
+            noops.append((t1 - t0) * 1e6)
     else:
         msg = worker.recv(deadline - time.monotonic())
-    if not msg.get("ok", True) and "ready" not in msg:
+    if not msg.get("ok", True) and "ready" not in msg and "done" not in msg:
         raise RuntimeError(msg.get("message", "judge-timed calls failed"))
     return calls, noops

@@ -30,6 +30,7 @@ class TimingFigures:
     min_us: float | None = None
     rse: float | None = None
     gpu_time_us: float | None = None  # CUDA-graph replay
+    judge_us: float | None = None  # per verified call on the judge's own clock (round trip less a no-op's)
     ref_time_us: float | None = None
     ref_compile_time_us: float | None = None
     ref_gpu_time_us: float | None = None

@@ -12,8 +12,9 @@ import torch
 
 from ..settings import LoopSettings, Shape
 from ..stats import Measurement, Round, summarize
+from .baseline import measurement, scaled
 from .compare import tensor_from_bytes
-from .processes import WorkerGone, WorkerHandle
+from .processes import WorkerGone, WorkerHandle, judge_timed
 from .turns import DeviceTurn
 
 INIT_TIMEOUT_S = 600.0
@@ -38,6 +39,7 @@ class RefTiming:
     floor_copy: Measurement | None = None
     empty_gap_us: float | None = None  # the host's wait past the last event of an empty call (floor_launch's)
     compile_error: str | None = None
+    compiled_from: str = "timed"  # or "baseline": the baseline's compiled/eager ratio times this eager
     error: str | None = None
     seconds: float = 0.0
 
@@ -113,7 +115,8 @@ class ReferenceRunner:
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
         loop = self.plan.loop.one_off().json()
-        compiled = settings.compile_reference
+        known = self.plan.baseline_for(shape)
+        compiled = settings.compile_reference and not (known and known.get("compiled") and known.get("eager"))
         if compiled:
             try:
                 with self.turn.spares_in():
@@ -131,6 +134,9 @@ class ReferenceRunner:
                                                      compiled=True)["device_us"])
                 except (RuntimeError, WorkerGone) as e:
                     t.compile_error = str(e)[:500]
+            elif settings.compile_reference and known:
+                t.compiled = scaled(measurement(known["compiled"]), t.eager.median_us / known["eager"]["median_us"])
+                t.compiled_from = "baseline"
             floors = [self._ask("time", base_seed=base, loop=self.plan.loop.short().one_off().json(), verify=True,
                                 floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
             t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
@@ -157,6 +163,14 @@ class ReferenceRunner:
         copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
                          floor_bytes=min_bytes)["device_us"] if min_bytes else []
         return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
+
+    def judge_timed(self, shape: Shape, seeds: list[int], projection: bool,
+                    pause_builds: bool = False) -> tuple[list, list[float]]:
+        """The judge's clock on the reference (processes.judge_timed): its no-ops are the channel's cost that a
+        candidate's own no-ops, which it could slow, are never allowed to exceed."""
+        self._setup(shape, False)
+        with self.turn(pause_builds=pause_builds):
+            return judge_timed(self.worker, seeds, projection, self.timeout_s)
 
     def fingerprints(self, store: ReferenceStore, shape: Shape, seeds: list[int], projection: bool) -> dict[int, list]:
         missing = [s for s in dict.fromkeys(seeds) if (shape.name, s, projection) not in store.fps]

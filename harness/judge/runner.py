@@ -18,12 +18,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..cachekeys import toolchain_id
 from ..stats import Measurement
-from . import forkserver, isolation, lanes, report, static_checks
+from . import baseline, forkserver, isolation, lanes, report, static_checks
 from .builds import BuildPool, BuildResult, HeaderBuild, build_env, build_nice, run_build, snapshot_candidate
 from .envinfo import gpu_arch_hint, host_info
 from .evaluate import safe_name
 from .figures import unrun_records
-from .guard import TamperWatch, TreeGuard
+from .guard import TamperWatch, TreeGuard, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
@@ -70,6 +70,8 @@ class Runner:
             if plan.isolate:
                 isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
             guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
+            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir)
+            (self.scratch / "tmp").mkdir()
             logs = [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]
             logs += [self._lane_log(kind, i).name for kind in ("reference", "spare") for i in range(len(plan.lanes))]
             for name in logs:
@@ -114,7 +116,7 @@ class Runner:
             arch = gpu_arch_hint() if plan.device == "cuda" else None
             try:
                 if arch or plan.device != "cuda":
-                    self._submit_builds(pool, futures, build_env(arch, self.toolchain))
+                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch / "tmp"))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.profile.mark("references_started")
                 if plan.device == "cuda":
@@ -123,7 +125,7 @@ class Runner:
                         raise RuntimeError(f"nvidia-smi reports compute capability {hint} for every GPU, but torch "
                                            f"reports {arch} on lane 0: the builds target the wrong GPU")
                     if not hint:
-                        self._submit_builds(pool, futures, build_env(arch, self.toolchain))
+                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch / "tmp"))
                 self._write_run_json(arch)
                 if not plan.build_only:
                     threads = self._start_lanes(refs, arch, work)
@@ -153,6 +155,9 @@ class Runner:
                 if self.pch is not None:
                     self.pch.stop()
         self._write_run_json(arch, final=True)
+        if plan.reference_only:
+            self._write_baseline()
+            return []
         records = self.writer.records
         note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
                               plan.config.timing.speedup_quantile)
@@ -161,6 +166,21 @@ class Runner:
         for e in self.tamper.warnings:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
+
+    def _write_baseline(self) -> None:
+        plan = self.plan
+        timings = self.contexts[0].timings if self.contexts else {}
+        entries = {}
+        for s in plan.shapes:
+            t = timings.get(s.name)
+            if t is not None and t.eager is not None:
+                entries[baseline.entry_key(plan.problem.text, s.name, dict(s.params))] = {
+                    "problem": plan.problem.name, "shape": s.name, "params": dict(s.params),
+                    **{k: m.to_json() if m else None for k, m in (("eager", t.eager), ("compiled", t.compiled),
+                                                                   ("graph", t.graph))},
+                    "compile_error": t.compile_error}
+        baseline.write(plan.baseline_out, plan.device, entries)
+        self.console.print(f"baseline: {len(entries)} of {len(plan.shapes)} shape(s) timed, in {plan.baseline_out}")
 
     def _submit_builds(self, pool: BuildPool, futures: dict, benv: dict) -> None:
         plan = self.plan
@@ -181,7 +201,7 @@ class Runner:
             kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                           timeout_s=plan.config.build.timeout_s, log_path=self.logs / f"{safe_name(c.name)}.build.log",
                           scratch=self.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
-                          isolate=plan.isolate)
+                          isolate=plan.isolate, sandbox=self.sandbox)
             self.tamper.build_started(c.name, c, kwargs)
             futures[pool.submit(run_build, c, **kwargs)] = c
 
@@ -194,7 +214,7 @@ class Runner:
         self.advance("evaluate", len(self.todo[c.name]))
 
     def _lane_env(self, i: int) -> dict:
-        env = {"KBH_TOOLCHAIN": self.toolchain}
+        env = {"KBH_TOOLCHAIN": self.toolchain, "TMPDIR": str(self.scratch / "tmp")}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
     def _lane_log(self, kind: str, lane: int) -> Path:
@@ -240,7 +260,7 @@ class Runner:
             ctx = lanes.LaneContext(
                 index=i, plan=plan, store=store, ref=ref, scratch=self.scratch, log_dir=self.logs,
                 device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i], tamper=self.tamper,
-                profile=self.profile, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
+                profile=self.profile, sandbox=self.sandbox, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.contexts.append(ctx)
             spares = lanes.SparePool(make, size=size, needed=len(self.cands))
             threads.append(threading.Thread(target=lanes.run_lane, name=f"kbh-lane{i}", daemon=True, args=(
@@ -255,7 +275,8 @@ class Runner:
             "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
             "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
             "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
-            "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": final,
+            "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir),
+            "write_sandbox": self.sandbox_status, "notes": list(plan.notes), "complete": final,
         }
         if final:
             data["reference_timings"] = {

@@ -72,7 +72,7 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     the tables and the suite goes on."""
     from .runner import Runner
 
-    if args.solutions is None or not Path(args.solutions).is_dir():
+    if not args.reference_only and (args.solutions is None or not Path(args.solutions).is_dir()):
         raise UsageError(f"--solutions {args.solutions}: expected the candidates' folder (one subfolder a problem)")
     if args.solution or args.resume:
         raise UsageError("a suite takes its candidates from --solutions and continues with the same --out")
@@ -83,12 +83,13 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     records: list[Record] = []
     skipped: dict[str, str] = {}
     for problem in problems:
-        cands = sorted((Path(args.solutions) / problem.stem).glob("*.py"))
-        if not cands:
+        cands = [] if args.reference_only else sorted((Path(args.solutions) / problem.stem).glob("*.py"))
+        if not cands and not args.reference_only:
             skipped[problem.stem] = f"no candidates in {Path(args.solutions) / problem.stem}"
             continue
         sub = argparse.Namespace(**{**vars(args), "config": str(problem), "solution": [str(c) for c in cands],
-                                    "out": str(out / problem.stem)})
+                                    "out": str(out / problem.stem),
+                                    "baseline_out": str(out / "baseline.json")})
         try:
             plan = make_plan(sub, console, problem_config(problem, suite, args.suite))
             console.print(f"[bold]{problem.stem}[/]: {len(plan.solutions)} candidate(s) x {len(plan.shapes)} "
@@ -97,7 +98,8 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
         except (UsageError, RuntimeError) as e:
             skipped[problem.stem] = str(e)
             console.print(f"[red]{problem.stem}: not run: {e}[/]")
-    write_suite(records, skipped, out, console)
+    if not args.reference_only:
+        write_suite(records, skipped, out, console)
     return records
 
 

@@ -50,13 +50,18 @@ def first_error_lines(text: str, limit: int = 6) -> str:
     return " | ".join(lines[:limit])
 
 
-def main(candidate: str, result_path: str, cache: str) -> int:
+def main(candidate: str, result_path: str, cache: str, sandbox_spec: str = "null") -> int:
+    """sandbox_spec: JSON of `harness.sandbox.restrict`'s arguments, applied before the candidate is imported."""
+    from .. import sandbox
     from . import extcache
 
     t0 = time.perf_counter()
     extcache.install(cache)
     result: dict = {"status": "built", "message": ""}
     try:
+        spec = json.loads(sandbox_spec)
+        if spec:
+            sandbox.restrict(**spec)
         module = import_candidate(candidate)
         if not hasattr(module, "ModelNew"):
             result = {"status": "no_modelnew", "message": "candidate defines no ModelNew"}
@@ -74,4 +79,4 @@ def main(candidate: str, result_path: str, cache: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .. import problem
+from .. import sandbox as write_sandbox
 from . import clocks, extcache
 from .build_main import import_candidate
 from .feed import poison_size
@@ -195,9 +196,14 @@ class Worker(TimedCommands):
         return {}
 
     def cmd_load(self, frames, path: str, cores: list[int] | None = None, poison_bytes: int = 0,
-                 cache_dir: str | None = None) -> dict:
-        """Pin to the lane's timing core (spares start elsewhere), then import the candidate (from cache_dir,
-        its own build cache folder, under --isolate)."""
+                 cache_dir: str | None = None, sandbox: dict | None = None) -> dict:
+        """Pin to the lane's timing core (spares start elsewhere), enter the write sandbox, then import the
+        candidate (from cache_dir, its own build cache folder, under --isolate)."""
+        if sandbox:
+            try:
+                write_sandbox.restrict(**sandbox)
+            except OSError as e:
+                raise HarnessError(f"the write sandbox could not be applied: {e}") from None
         if cache_dir:
             extcache.set_root(cache_dir)
         self._pin(cores)

@@ -139,17 +139,26 @@ class TimedCommands:
         return {"graph_ok": True, "device_us": [s.device_us for s in samples], "unsampled": unsampled,
                 "calls": _calls_json(calls)}
 
-    def cmd_judge_timed(self, frames, base_seed: int, rounds: int) -> dict:
-        """Calls the judge times with its own clock: ready -> go -> call + full sync -> done."""
-        bufs, refill = self._fixed_buffers(base_seed)
+    def cmd_judge_timed(self, frames, rounds: int, projection: bool = False) -> dict:
+        """Calls the judge times with its own clock: ready -> go with a seed -> draw, call (or not), full sync,
+        fingerprints -> done. The inputs exist only once the clock runs, and the fingerprints prove the answer
+        was there when it stopped. A no-op draws and fingerprints an output of the same shape."""
+        template: list[tuple] = []
         for k in range(rounds):
-            refill(k)
             self.clock.flush()
             self.sync()
             self.send({"ready": k})
-            if self.recv().get("go") == "call":
-                out = self.model(*bufs)
-                self.sync()
-                del out
-            self.send({"done": k})
+            go = self.recv()
+            args = self.inputs(int(go.get("seed", 0)))
+            if go.get("go") == "call":
+                outs = plain_outputs(self.model(*args))
+                template = [(o.shape, o.dtype) for o in outs]
+            else:
+                outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in template]
+            self.sync()
+            ins = [x for x in args if isinstance(x, torch.Tensor)]
+            exact = self.fp.exact_many(outs + ins).tolist()
+            projs = torch.stack([self.fp.projection(o) for o in outs]).tolist() if projection and outs else None
+            poison(outs + ins)
+            self.send({"done": k, "fp": [exact[:len(outs)], projs, exact[len(outs):]]})
         return {}

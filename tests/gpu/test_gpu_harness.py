@@ -100,6 +100,25 @@ def test_gpu_cheats_are_caught(gpu_cheats, cheat, shape, flag, statuses):
     assert flag in r["flags"], r
 
 
+@pytest.fixture(scope="module")
+def rewritten_reports(run_eval):
+    """Cheats that rewrite what their own worker reports (class 12), with the reference's own code as the
+    honest control, at a launch-bound shape and a large one."""
+    return run_eval(BUNDLED, "--device", "cuda", "--shapes", "seed", "wide", "--static-checks", "off", "--solution",
+                    str(CHEATS / "rewrite_stack.py"), str(CHEATS / "rewrite_gc.py"), str(CHEATS / "rewrite_globals.py"),
+                    str(REPO / "bench" / "reference_candidate.py"))
+
+
+@pytest.mark.parametrize("shape", ["seed", "wide"])
+@pytest.mark.parametrize("cheat, flag", [("rewrite_stack", "timed_output_mismatch"),
+                                         ("rewrite_gc", "timer_mismatch"), ("rewrite_globals", "timer_mismatch")])
+def test_rewritten_reports_are_caught_at_launch_bound_and_large_shapes(rewritten_reports, cheat, flag, shape):
+    r = rewritten_reports.by(cheat, shape)
+    assert r["status"] == "rejected" and flag in r["flags"], r
+    control = rewritten_reports.by("reference_candidate", shape)
+    assert control["status"] == "correct" and integrity_flags(control) == [], control
+
+
 def test_stale_device_memory_is_honest_where_no_padding_exists(gpu_cheats):
     r = gpu_cheats.by("stale_device_memory", "small")
     assert r["status"] == "correct" and integrity_flags(r) == [], r

@@ -1,7 +1,7 @@
 """Cheat (class 5 and 10): patches the clocks, the harness's own bound clock included, and the comparisons.
 
 Each call also sleeps 20 ms of real time: the judge's clock can only accuse a call well over its IPC slack
-(verdict.TIMER_SLACK_US) and over the scheduler's wake-up noise, which on a loaded 2-core host reached
+(verdict.TIMER_BOUND) and over the scheduler's wake-up noise, which on a loaded 2-core host reached
 milliseconds and hid a 2 ms call in 5 of about 14 runs."""
 
 import sys
