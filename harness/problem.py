@@ -13,6 +13,8 @@ from typing import Any
 from .errors import UsageError
 from .settings import Shape
 
+PRECISION_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
 
 @dataclass(frozen=True)
 class ProblemSource:
@@ -123,7 +125,7 @@ def deterministic_draw(fill_uninitialized: bool):
 
 
 def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: str, *,
-                fill_uninitialized: bool = False) -> list:
+                fill_uninitialized: bool = False, precision: str = "as_written") -> list:
     """Seed every RNG, draw one input set under `deterministic_draw`, move stragglers. A get_inputs that takes
     `device` gets it, as `torch.device(device)` puts a Python hop (about 3 us on the CPU machine) before every
     torch call of the draw; any other runs under it, so its factories default to the device."""
@@ -134,12 +136,17 @@ def make_inputs(ns: dict[str, Any], params: dict[str, Any], seed: int, device: s
     device_kw = {"device": device} if takes_device(get_inputs) else {}
     with deterministic_draw(fill_uninitialized), contextlib.nullcontext() if device_kw else torch.device(device):
         inputs = get_inputs(**params, **device_kw)
-    return [to_device(x, device) for x in inputs]
+    dtype = getattr(torch, PRECISION_NAMES[precision]) if precision in PRECISION_NAMES else None
+    return [x.to(dtype) if dtype is not None and isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in (to_device(x, device) for x in inputs)]
 
 
-def build_model(cls: type, ns: dict[str, Any], seed: int, device: str) -> Any:
-    """Build Model or ModelNew from the problem's init inputs under one seed, as KernelBench does."""
+def build_model(cls: type, ns: dict[str, Any], seed: int, device: str, precision: str = "as_written") -> Any:
+    """Build Model or ModelNew from the problem's init inputs under one seed, as KernelBench does; with a
+    precision, its floating parameters and buffers are cast to it (`Module.to(dtype)`)."""
     seed_everything(seed, device)
     init = ns.get("get_init_inputs", lambda: [])()
     model = cls(*init)
-    return model.to(device) if hasattr(model, "to") else model
+    model = model.to(device) if hasattr(model, "to") else model
+    dtype = PRECISION_NAMES.get(precision)
+    return model.to(getattr(__import__("torch"), dtype)) if dtype is not None and hasattr(model, "to") else model

@@ -10,6 +10,7 @@ from typing import Any
 
 STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
+PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
 
 
@@ -40,6 +41,7 @@ class CheckSettings:
     seeds: int = 5
     tolerance: Mapping[str, Tolerance] = field(default_factory=dict)  # by dtype name, or "default"
     verify_timed: int = 16
+    precision: str = "as_written"  # or a dtype every floating input and the models' weights are cast to
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         """The config's for this dtype, else its `default`, else DTYPE_TOLERANCE's, else exact."""

@@ -15,7 +15,7 @@ from . import forkserver
 from .cli import REPO_ROOT, build_parser, make_plan
 
 OPTIONS = ("shapes", "seeds", "seed", "static_checks", "jobs", "gpus", "cache", "out", "isolate", "profile",
-           "baseline")
+           "baseline", "precision")
 """Keyword options, named as the command line's flags (--static-checks is static_checks)."""
 
 

@@ -40,9 +40,9 @@ def _cpu_model() -> str:
         return platform.processor()
 
 
-def entry_key(problem_text: str, shape_name: str, params: dict) -> str:
-    """One problem source and one shape's parameters."""
-    blob = json.dumps([problem_text, shape_name, params], sort_keys=True, default=str).encode()
+def entry_key(problem_text: str, shape_name: str, params: dict, precision: str) -> str:
+    """One problem source, one shape's parameters, one precision."""
+    blob = json.dumps([problem_text, shape_name, params, precision], sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:24]
 
 

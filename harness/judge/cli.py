@@ -6,6 +6,7 @@ import os
 import secrets
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
-from ..settings import STATIC_POLICIES, Config
+from ..settings import PRECISIONS, STATIC_POLICIES, Config
 from . import baseline, forkserver, isolation
 from .builds import default_jobs
 from .config import load_config
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "to candidate code (the judge must be root)")
     p.add_argument("--build-only", action="store_true",
                    help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
+    p.add_argument("--precision", choices=PRECISIONS, help="cast every floating input and the models' weights "
+                   "to fp32, fp16 or bf16, as KernelBench's precision option (default: the config's check.precision)")
     p.add_argument("--reference-only", action="store_true", help="time the references only (eager, torch.compile, "
                    "graph replay) and write them to OUT/baseline.json, for --baseline")
     p.add_argument("--baseline", metavar="FILE", help="a --reference-only run's baseline.json: torch.compile's "
@@ -82,6 +85,8 @@ def _cuda_visible() -> bool:
 
 def make_plan(args: argparse.Namespace, console: Console, config: Config | None = None) -> Plan:
     config = config or load_config(args.config)
+    if getattr(args, "precision", None):
+        config = replace(config, check=replace(config.check, precision=args.precision))
     notes = []
     device = args.device
     if device is None:

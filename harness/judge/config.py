@@ -12,6 +12,7 @@ import yaml
 from ..errors import UsageError
 from ..settings import (
     DEVICES,
+    PRECISIONS,
     SPEEDUP_METRICS,
     STATIC_POLICIES,
     BuildSettings,
@@ -31,6 +32,7 @@ BOUNDS: dict[str, Any] = {
     "timing.budget_s": (0.0, INF, True), "timing.speedup_quantile": (0.0, 0.5, True),
     "timing.speedup_metric": SPEEDUP_METRICS, "build.timeout_s": (0.0, INF, True),
     "timeouts.load_s": (0.0, INF, True), "timeouts.shape_s": (0.0, INF, True), "static_checks": STATIC_POLICIES,
+    "check.precision": PRECISIONS,
     "atol": (0.0, INF, False), "rtol": (0.0, INF, False),
 }
 

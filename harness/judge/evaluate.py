@@ -249,7 +249,8 @@ class CandidateEvaluation:
         plan = self.plan
         deadline = time.monotonic() + plan.config.timeouts.shape_s
         with seconds_into(self.stages, "setup"):
-            self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name))
+            self._ask("setup", deadline, params=dict(shape.params), init_seed=plan.init_seed(shape.name),
+                      precision=plan.config.check.precision)
         with seconds_into(self.stages, "checks"):
             for k, seed in enumerate(plan.check_seeds(shape.name)):
                 outcome = self._check(ev, ref, seed, "check", deadline, first=(k == 0))
@@ -278,7 +279,7 @@ class CandidateEvaluation:
             ev.reported_fast_us = quantile(sorted(dev), plan.config.timing.speedup_quantile)
             base = plan.judge_seed(shape.name)
             ev.judge_call_us = self._judge_clock(shape, ev, base, projection, tols, deadline)
-            if ev.judge_call_us is not None and verdict.timer_contradicts(ev.reported_fast_us, ev.judge_call_us, plan.device):
+            if verdict.timer_contradicts(ev):
                 again = self._judge_clock(shape, ev, derive(base, "again"), projection, tols, deadline, freeze=True)
                 if again is not None:
                     ev.judge_call_us = min(ev.judge_call_us, again)

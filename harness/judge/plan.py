@@ -39,7 +39,8 @@ class Plan:
     def baseline_for(self, shape: Shape) -> dict | None:
         from .baseline import entry_key
 
-        return (self.baseline or {}).get(entry_key(self.problem.text, shape.name, dict(shape.params)))
+        return (self.baseline or {}).get(entry_key(self.problem.text, shape.name, dict(shape.params),
+                                                   self.config.check.precision))
 
     @property
     def loop(self) -> LoopSettings:

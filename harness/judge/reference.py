@@ -86,7 +86,7 @@ class ReferenceRunner:
         """A compiled setup holds the eager model too, so it serves both (a new setup would compile again)."""
         if self.current not in ((shape.name, compiled), (shape.name, True)):
             self._ask("setup", params=dict(shape.params), init_seed=self.plan.init_seed(shape.name),
-                      compile_model=compiled)
+                      compile_model=compiled, precision=self.plan.config.check.precision)
             self.current = (shape.name, compiled)
 
     def outputs(self, shape: Shape) -> RefShape:

@@ -174,8 +174,9 @@ class Runner:
         for s in plan.shapes:
             t = timings.get(s.name)
             if t is not None and t.eager is not None:
-                entries[baseline.entry_key(plan.problem.text, s.name, dict(s.params))] = {
+                entries[baseline.entry_key(plan.problem.text, s.name, dict(s.params), plan.config.check.precision)] = {
                     "problem": plan.problem.name, "shape": s.name, "params": dict(s.params),
+                    "precision": plan.config.check.precision,
                     **{k: m.to_json() if m else None for k, m in (("eager", t.eager), ("compiled", t.compiled),
                                                                    ("graph", t.graph))},
                     "compile_error": t.compile_error}

@@ -49,6 +49,7 @@ class Worker(TimedCommands):
         self.poisoned = False
         self.cls = self.model = self.compiled = None
         self.params: dict = {}
+        self.precision = "as_written"
         self.py_threads: set[int] = set()
         self.slots = OutputSlots()
         self.returned: list = []
@@ -217,12 +218,13 @@ class Worker(TimedCommands):
             raise BadOutput("no_modelnew", "candidate defines no ModelNew")
         return {"builds": [{k: v for k, v in ev.items() if k != "message"} for ev in extcache.events]}
 
-    def cmd_setup(self, frames, params: dict, init_seed: int, compile_model: bool = False) -> dict:
-        self.params = params
+    def cmd_setup(self, frames, params: dict, init_seed: int, compile_model: bool = False,
+                  precision: str = "as_written") -> dict:
+        self.params, self.precision = params, precision
         self.model = self.compiled = None
         _gc_collect()
         cls = self.ns["Model"] if self.role == "reference" else self.cls
-        self.model = problem.build_model(cls, self.ns, init_seed, self.device)
+        self.model = problem.build_model(cls, self.ns, init_seed, self.device, precision)
         if compile_model:
             dynamo_config = importlib.import_module("torch._dynamo.config")
             for attr in ("recompile_limit", "cache_size_limit"):
@@ -237,7 +239,7 @@ class Worker(TimedCommands):
 
     def inputs_for(self, params: dict, seed: int) -> list:
         try:
-            return problem.make_inputs(self.ns, params, seed, self.device)
+            return problem.make_inputs(self.ns, params, seed, self.device, precision=self.precision)
         except Exception as e:
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
@@ -255,7 +257,7 @@ class Worker(TimedCommands):
             # memory it never wrote or runs an op that differs run to run, before any candidate is judged on it.
             fps = self.tensor_fps(inputs)
             again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
-                                                        fill_uninitialized=True))
+                                                        fill_uninitialized=True, precision=self.precision))
             if again != fps:
                 i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
                 raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
