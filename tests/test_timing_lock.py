@@ -262,8 +262,10 @@ def test_reference_compiles_untimed_with_spares_let_in_then_times_in_the_turn():
                     "graph_ok": False}
 
     timing = SimpleNamespace(compile_reference=True, graph=True, speedup_metric="time_us")
-    plan = SimpleNamespace(config=SimpleNamespace(timing=timing), time_seed=lambda name: 1, init_seed=lambda name: 2,
-                           graph_seed=lambda name: 3, loop=LoopSettings(warmup_ms=1.0, min_runs=2, max_runs=4, budget_s=0.1))
+    plan = SimpleNamespace(config=SimpleNamespace(timing=timing, check=SimpleNamespace(precision="as_written")),
+                           time_seed=lambda name: 1, init_seed=lambda name: 2, graph_seed=lambda name: 3,
+                           baseline_for=lambda shape: None,
+                           loop=LoopSettings(warmup_ms=1.0, min_runs=2, max_runs=4, budget_s=0.1))
     t = ReferenceRunner(Recorder(), plan, 5.0, turn=turn).timings(Shape("s", {}), "cuda", min_bytes=64)
     assert t.eager and t.compiled and t.floor_launch and t.floor_read and t.floor_copy and t.compile_error is None
     assert [c for c, args, _, _ in seen if c == "setup"] == ["setup"]

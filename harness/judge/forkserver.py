@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN",
-                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "KBH_PCH"})
-"""The lane's keys, which a worker's `init` applies after it starts, and a build's, read when it compiles."""
+                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "KBH_PCH", "TMPDIR"})
+"""The lane's keys, which a worker's `init` applies after it starts, and a build's, read when it compiles;
+TMPDIR, which a fork re-reads (`tempfile.tempdir` reset)."""
 
 START_PREFIXES = ("PYTHON", "LD_", "MALLOC", "TORCH", "PYTORCH", "CUDA", "CUBLAS", "NCCL", "TRITON", "OMP_",
                   "GOMP_", "KMP_", "MKL_", "OPENBLAS", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "KBH_")

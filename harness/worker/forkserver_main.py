@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 import traceback
 
@@ -46,6 +47,7 @@ def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
         os.chdir(msg["cwd"])
         os.environ.clear()
         os.environ.update(msg["env"])
+        tempfile.tempdir = None  # read again from TMPDIR (the run's scratch: candidates may not write /tmp itself)
         if msg.get("build"):
             from .build_main import main as build
 
