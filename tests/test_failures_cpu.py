@@ -91,3 +91,17 @@ def test_a_draw_that_returns_memory_it_never_wrote_is_the_shapes_reference_error
     r = _run_with_draw(run_eval, tmp_path, "    x, *rest = _draw(*args, **kwargs)\n    half = torch.empty_like(x)\n"
                        "    half[: x.shape[0] // 2] = x[: x.shape[0] // 2]\n    return [half, *rest]\n")
     assert "input tensor 0" in r["message"], r["message"]
+
+
+def test_inputs_that_cannot_fit_get_one_clear_line_and_the_run_goes_on(run_eval, tmp_path):
+    problem = tmp_path / "huge.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return x * 2\n\ndef get_inputs(rows=1_000_000):\n"
+                       "    return [torch.randn(rows, 1_000_000)]\n\ndef get_init_inputs():\n    return []\n")
+    cand = tmp_path / "cand.py"
+    cand.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    res = run_eval(problem, "--device", "cpu", "--static-checks", "off", "--solution", str(cand))
+    assert res.rc == 0, res.stderr
+    (r,) = res.records
+    assert r["status"] == "runtime_error" and "the inputs do not fit" in r["message"], r
+    assert "GiB free on the cpu" in r["message"] and "\n" not in r["message"]

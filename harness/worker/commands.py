@@ -41,6 +41,12 @@ _det_enabled = torch.are_deterministic_algorithms_enabled
 _gc_collect = __import__("gc").collect
 
 
+def free_gib(device: str) -> float:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0] / 2**30
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
 class Worker(TimedCommands):
     def __init__(self, conn: Connection | None):
         self.conn = conn
@@ -241,6 +247,10 @@ class Worker(TimedCommands):
         try:
             return problem.make_inputs(self.ns, params, seed, self.device, precision=self.precision)
         except Exception as e:
+            if isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e):
+                raise HarnessError(f"the inputs do not fit: get_inputs{tuple(params.items()) or '()'} ran out of "
+                                   f"memory ({free_gib(self.device):.1f} GiB free on the {self.device}): "
+                                   f"{str(e).splitlines()[0][:200]}") from None
             raise HarnessError(f"drawing inputs for seed {seed} failed: {type(e).__name__}: {e}") from e
 
     def tensor_fps(self, xs: list) -> list[int]:
