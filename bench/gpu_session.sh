@@ -34,6 +34,8 @@ for step in "$@"; do
       timeout $(( t - 10 )) $PY bench/stability.py ${STABILITY_ARGS:-} > "$OUT/stability.log" 2>&1 ;;
     roofline)
       timeout "$t" $PY bench/roofline.py ${ROOFLINE_ARGS:---run results/gpu-bundled} > "$OUT/roofline.log" 2>&1 ;;
+    suite)
+      timeout "$t" $PY bench/suite.py ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1 ;;
     draws)
       timeout "$t" $PY bench/draws.py ${DRAWS_ARGS:-cost} > "$OUT/draws.log" 2>&1 ;;
     runs)
