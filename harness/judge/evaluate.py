@@ -5,6 +5,7 @@ then CUDA-graph replay. A worker that dies, hangs or hits a CUDA error is discar
 
 import dataclasses
 import json
+import math
 import secrets
 import statistics
 import time
@@ -24,6 +25,9 @@ from .records import Record
 from .reference import RefTiming
 
 JUDGE_ROUNDS = 20
+JUDGE_ROUND_US = 2000.0  # calls a judge's-clock round makes: enough to span this at the reported speed ...
+JUDGE_CALLS_MAX = {"cuda": 64, "cpu": 1}  # ... up to these (a CPU flush, a buffer twice the LLC, varies by
+                                          # hundreds of us: one call a round, and a looser bound)
 POISON_BYTES = 4 * 2**30
 STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
           "graph": "CUDA graph capture", "load": "import", "log": "worker"}
@@ -289,32 +293,48 @@ class CandidateEvaluation:
 
     def _judge_clock(self, shape: Shape, ev: Evidence, base: int, projection: bool, tols, deadline: float,
                      freeze: bool = False) -> float | None:
-        """Per-call time on the judge's clock (processes.judge_timed): the fastest verified call round trip less
-        the fastest no-op one, the reference worker's no-ops the ceiling of the candidate's (which it could slow).
-        Every call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice
-        the rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
+        """Per-call time on the judge's clock (processes.judge_timed): the fastest verified call round less the
+        fastest no-op round, over the calls a round makes; the reference worker's no-ops are the ceiling of the
+        candidate's (which it could slow). A round makes enough calls to span JUDGE_ROUND_US at the reported
+        speed: one round trip's jitter (tens of microseconds on the GPU machine) would hide a short call. Every
+        call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice the
+        rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
         milliseconds to every round."""
         rounds = 2 * JUDGE_ROUNDS if freeze else JUDGE_ROUNDS
+        per_round = max(1, min(JUDGE_CALLS_MAX.get(self.plan.device, 1),
+                               math.ceil(JUDGE_ROUND_US / max(ev.reported_fast_us or JUDGE_ROUND_US, 1.0))))
+
+        def seeds(*tag) -> list[list[int]]:
+            return [[derive(base, *tag, k, j) for j in range(per_round)] for k in range(rounds)]
+
         try:
             with self.lane.tamper.gate.shared(), self.lane.ref.turn(pause_builds=freeze):
-                calls, noops = judge_timed(self.worker, [derive(base, k) for k in range(rounds)], projection,
-                                           deadline - time.monotonic())
+                calls, noops = judge_timed(self.worker, seeds(), projection, deadline - time.monotonic())
         except RuntimeError as e:
             raise CandidateFailure(f"forward during the judge's clock: {e}") from None
+        own_noops, ref_calls, ref_noops = list(noops), [], []
         try:
             with self.worker.frozen():
-                noops += self.lane.ref.judge_timed(shape, [derive(base, "reference", k) for k in range(rounds)],
-                                                   projection, pause_builds=freeze)[1]
+                ref_calls, ref_noops = self.lane.ref.judge_timed(shape, seeds("reference"), projection,
+                                                                 pause_builds=freeze)
+            noops += ref_noops
         except (RuntimeError, WorkerGone):
             pass
-        want = self.lane.ref.fingerprints(self.lane.store, shape, [s for _, s, _ in calls], projection)
+        want = self.lane.ref.fingerprints(self.lane.store, shape, [s for _, ss, _ in calls for s in ss], projection)
         verified = []
-        for k, (us, seed, fp) in enumerate(calls):
-            ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
-            ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp[2] != want[seed][2],
-                                              phase="judge's clock"))
-            verified += [us] if ok else []
-        return max(min(verified) - min(noops), 0.0) if verified and noops else None
+        for us, round_seeds, fps in calls:
+            fps = fps if isinstance(fps, list) and len(fps) == len(round_seeds) else [None] * len(round_seeds)
+            oks = []
+            for seed, fp in zip(round_seeds, fps):
+                ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
+                ev.timed.append(TimedVerification(len(ev.timed), seed, ok=ok,
+                                                  input_mutated=ok and fp[2] != want[seed][2], phase="judge's clock"))
+                oks.append(ok)
+            verified += [us] if all(oks) else []
+        ev.judge_clock = {k: round(min(v) / per_round, 1) if v else None for k, v in (
+            ("calls", verified), ("noops", own_noops), ("ref_calls", [us for us, _, _ in ref_calls]),
+            ("ref_noops", ref_noops))} | {"calls_per_round": per_round}
+        return max((min(verified) - min(noops)) / per_round, 0.0) if verified and noops else None
 
     def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
         base = self.plan.graph_seed(shape.name)

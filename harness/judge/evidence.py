@@ -63,6 +63,7 @@ class Evidence:
     timed: list[TimedVerification] = field(default_factory=list)
     judge_call_us: float | None = None  # per verified call, on the judge's own clock
     reported_fast_us: float | None = None  # the worker's reported times at the speedup's quantile
+    judge_clock: dict | None = None  # the fastest call and no-op round trips of both workers (us)
     graph: Measurement | None = None
     graph_message: str | None = None
     min_bytes: int = 0

@@ -71,7 +71,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
         max_rel_err=max((c.max_rel_err for c in cmps if c.max_rel_err is not None), default=None),
         first_mismatch=list(d.comparison.first_mismatch) if d.comparison and d.comparison.first_mismatch else None,
         seed=d.failing_seed)
-    diagnostics = Diagnostics([r.medians() for r in ev.rounds], times_file) if ev.rounds else None
+    diagnostics = Diagnostics([r.medians() for r in ev.rounds], times_file, ev.judge_clock) if ev.rounds else None
     return Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
                   level=level_of(plan.problem.path),
                   flags=list(d.flags), message=d.message, speedup=speedup, speedup_compile=speedup_compile,

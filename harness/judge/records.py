@@ -52,6 +52,7 @@ class Floors:
 class Diagnostics:
     rounds: list[dict] = field(default_factory=list)  # each round's medians
     times_file: str | None = None  # every timed call of every round, under the run's times/
+    judge_clock: dict | None = None  # the fastest round trips behind timing.judge_us, per worker (us)
 
 
 @dataclass(frozen=True)
