@@ -122,6 +122,19 @@ def test_on_the_gpu_the_judges_clock_bounds_the_times_at_the_speedups_quantile()
         assert d.status == status and ("timer_mismatch" in d.flags) == (status == "rejected"), d
 
 
+def test_the_judges_clock_accuses_only_beyond_its_own_noise():
+    """Where the two workers' no-ops disagree, the judge's figure is uncertain by that much, and only a report
+    under the bound of the figure less that noise is a contradiction."""
+    ratio, slack = TIMER_BOUND["cuda"]
+    judge, noise = 5000.0, 1000.0
+    for fast, noisy, status in ((ratio * judge - slack - 1, 0.0, "rejected"), (ratio * judge - slack - 1, noise, "correct"),
+                                (ratio * (judge - noise) - slack - 1, noise, "rejected")):
+        e = honest(device="cuda", median=judge, judge_call_us=judge, judge_noise_us=noisy)
+        e.reported_fast_us = fast
+        d = decide(e)
+        assert d.status == status and ("timer_mismatch" in d.flags) == (status == "rejected"), (fast, noisy, d)
+
+
 def test_on_the_cpu_the_judges_clock_bounds_the_median():
     ratio, slack = TIMER_BOUND["cpu"]
     edge = ratio * 5000.0 - slack

@@ -5,7 +5,6 @@ then CUDA-graph replay. A worker that dies, hangs or hits a CUDA error is discar
 
 import dataclasses
 import json
-import math
 import secrets
 import statistics
 import time
@@ -25,9 +24,6 @@ from .records import Record
 from .reference import RefTiming
 
 JUDGE_ROUNDS = 20
-JUDGE_ROUND_US = 2000.0  # calls a judge's-clock round makes: enough to span this at the reported speed ...
-JUDGE_CALLS_MAX = {"cuda": 64, "cpu": 1}  # ... up to these (a CPU flush, a buffer twice the LLC, varies by
-                                          # hundreds of us: one call a round, and a looser bound)
 POISON_BYTES = 4 * 2**30
 STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
           "graph": "CUDA graph capture", "load": "import", "log": "worker"}
@@ -282,59 +278,53 @@ class CandidateEvaluation:
         with seconds_into(self.stages, "judge_clock"):
             ev.reported_fast_us = quantile(sorted(dev), plan.config.timing.speedup_quantile)
             base = plan.judge_seed(shape.name)
-            ev.judge_call_us = self._judge_clock(shape, ev, base, projection, tols, deadline)
+            first = self._judge_clock(shape, ev, base, projection, tols, deadline)
+            if first is not None:
+                ev.judge_call_us, ev.judge_noise_us = first
             if verdict.timer_contradicts(ev):
                 again = self._judge_clock(shape, ev, derive(base, "again"), projection, tols, deadline, freeze=True)
-                if again is not None:
-                    ev.judge_call_us = min(ev.judge_call_us, again)
+                if again is not None and again[0] - again[1] < ev.judge_call_us - ev.judge_noise_us:
+                    ev.judge_call_us, ev.judge_noise_us = again
         if plan.device == "cuda" and plan.config.timing.graph:
             with seconds_into(self.stages, "graph"):
                 self._graph(shape, ev, projection, tols, deadline)
 
     def _judge_clock(self, shape: Shape, ev: Evidence, base: int, projection: bool, tols, deadline: float,
-                     freeze: bool = False) -> float | None:
-        """Per-call time on the judge's clock (processes.judge_timed): the fastest verified call round less the
-        fastest no-op round, over the calls a round makes; the reference worker's no-ops are the ceiling of the
-        candidate's (which it could slow). A round makes enough calls to span JUDGE_ROUND_US at the reported
-        speed: one round trip's jitter (tens of microseconds on the GPU machine) would hide a short call. Every
-        call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice the
-        rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
+                     freeze: bool = False) -> tuple[float, float] | None:
+        """Per-call time on the judge's clock (processes.judge_timed) and its noise: the fastest verified call
+        round trip less the fastest no-op one, the reference worker's no-ops the ceiling of the candidate's
+        (which it could slow); the noise is how far the two workers' fastest no-ops, the same work, disagree.
+        Every call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice
+        the rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
         milliseconds to every round."""
         rounds = 2 * JUDGE_ROUNDS if freeze else JUDGE_ROUNDS
-        per_round = max(1, min(JUDGE_CALLS_MAX.get(self.plan.device, 1),
-                               math.ceil(JUDGE_ROUND_US / max(ev.reported_fast_us or JUDGE_ROUND_US, 1.0))))
-
-        def seeds(*tag) -> list[list[int]]:
-            return [[derive(base, *tag, k, j) for j in range(per_round)] for k in range(rounds)]
-
         try:
             with self.lane.tamper.gate.shared(), self.lane.ref.turn(pause_builds=freeze):
-                calls, noops = judge_timed(self.worker, seeds(), projection, deadline - time.monotonic())
+                calls, noops = judge_timed(self.worker, [derive(base, k) for k in range(rounds)], projection,
+                                           deadline - time.monotonic())
         except RuntimeError as e:
             raise CandidateFailure(f"forward during the judge's clock: {e}") from None
-        own_noops, ref_calls, ref_noops = list(noops), [], []
+        ref_calls, ref_noops = [], []
         try:
             with self.worker.frozen():
-                ref_calls, ref_noops = self.lane.ref.judge_timed(shape, seeds("reference"), projection,
-                                                                 pause_builds=freeze)
-            noops += ref_noops
+                ref_calls, ref_noops = self.lane.ref.judge_timed(
+                    shape, [derive(base, "reference", k) for k in range(rounds)], projection, pause_builds=freeze)
         except (RuntimeError, WorkerGone):
             pass
-        want = self.lane.ref.fingerprints(self.lane.store, shape, [s for _, ss, _ in calls for s in ss], projection)
+        want = self.lane.ref.fingerprints(self.lane.store, shape, [s for _, s, _ in calls], projection)
         verified = []
-        for us, round_seeds, fps in calls:
-            fps = fps if isinstance(fps, list) and len(fps) == len(round_seeds) else [None] * len(round_seeds)
-            oks = []
-            for seed, fp in zip(round_seeds, fps):
-                ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
-                ev.timed.append(TimedVerification(len(ev.timed), seed, ok=ok,
-                                                  input_mutated=ok and fp[2] != want[seed][2], phase="judge's clock"))
-                oks.append(ok)
-            verified += [us] if all(oks) else []
-        ev.judge_clock = {k: round(min(v) / per_round, 1) if v else None for k, v in (
-            ("calls", verified), ("noops", own_noops), ("ref_calls", [us for us, _, _ in ref_calls]),
-            ("ref_noops", ref_noops))} | {"calls_per_round": per_round}
-        return max((min(verified) - min(noops)) / per_round, 0.0) if verified and noops else None
+        for k, (us, seed, fp) in enumerate(calls):
+            ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
+            ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp[2] != want[seed][2],
+                                              phase="judge's clock"))
+            verified += [us] if ok else []
+        ev.judge_clock = {k: round(min(v), 1) if v else None for k, v in (
+            ("calls", verified), ("noops", noops), ("ref_calls", [us for us, _, _ in ref_calls]),
+            ("ref_noops", ref_noops))}
+        if not verified or not (noops or ref_noops):
+            return None
+        noise = abs(min(noops) - min(ref_noops)) if noops and ref_noops else 0.0
+        return max(min(verified) - min(noops + ref_noops), 0.0), noise
 
     def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
         base = self.plan.graph_seed(shape.name)

@@ -62,6 +62,7 @@ class Evidence:
     timing_py_threads: list[str] = field(default_factory=list)
     timed: list[TimedVerification] = field(default_factory=list)
     judge_call_us: float | None = None  # per verified call, on the judge's own clock
+    judge_noise_us: float = 0.0  # how far the two workers' no-op round trips disagree
     reported_fast_us: float | None = None  # the worker's reported times at the speedup's quantile
     judge_clock: dict | None = None  # the fastest call and no-op round trips of both workers (us)
     graph: Measurement | None = None

@@ -165,28 +165,28 @@ class WorkerHandle:
             self.kill()
 
 
-def judge_timed(worker: WorkerHandle, seeds: list[list[int]], projection: bool,
-                timeout: float) -> tuple[list[tuple[float, list[int], list]], list[float]]:
-    """Time rounds of calls with the judge's own clock, alternating with no-op rounds that draw and fingerprint
-    the same: each call round's (microseconds, seeds, fingerprints per seed), and the no-op rounds' microseconds.
-    seeds[k] goes out only when round k's clock starts; even rounds call the model, odd ones do not."""
+def judge_timed(worker: WorkerHandle, seeds: list[int], projection: bool,
+                timeout: float) -> tuple[list[tuple[float, int, list]], list[float]]:
+    """Time calls with the judge's own clock, alternating with no-op round trips that draw and fingerprint the
+    same: each call's (microseconds, seed, fingerprints), and the no-ops' microseconds. seeds[k] goes out only
+    when round k's clock starts; even rounds call the model, odd ones do not."""
     worker.send({"cmd": "judge_timed", "rounds": len(seeds), "projection": projection})
     deadline = time.monotonic() + timeout
     calls, noops = [], []
     msg: dict = {}
-    for k, round_seeds in enumerate(seeds):
+    for k, seed in enumerate(seeds):
         msg = worker.recv(deadline - time.monotonic())
         if "ready" not in msg:
             break
         kind = "noop" if k % 2 else "call"
         t0 = time.perf_counter()
-        worker.send({"go": kind, "seeds": round_seeds})
+        worker.send({"go": kind, "seed": seed})
         msg = worker.recv(deadline - time.monotonic())
         t1 = time.perf_counter()
         if "done" not in msg:
             break
         if kind == "call":
-            calls.append(((t1 - t0) * 1e6, round_seeds, msg.get("fp")))
+            calls.append(((t1 - t0) * 1e6, seed, msg.get("fp")))
         else:
             noops.append((t1 - t0) * 1e6)
     else:

@@ -31,6 +31,7 @@ class TimingFigures:
     rse: float | None = None
     gpu_time_us: float | None = None  # CUDA-graph replay
     judge_us: float | None = None  # per verified call on the judge's own clock (round trip less a no-op's)
+    judge_noise_us: float | None = None  # how far the two workers' no-op round trips disagree
     ref_time_us: float | None = None
     ref_compile_time_us: float | None = None
     ref_gpu_time_us: float | None = None

@@ -164,7 +164,7 @@ class ReferenceRunner:
                          floor_bytes=min_bytes)["device_us"] if min_bytes else []
         return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
 
-    def judge_timed(self, shape: Shape, seeds: list[list[int]], projection: bool,
+    def judge_timed(self, shape: Shape, seeds: list[int], projection: bool,
                     pause_builds: bool = False) -> tuple[list, list[float]]:
         """The judge's clock on the reference (processes.judge_timed): its no-ops are the channel's cost that a
         candidate's own no-ops, which it could slow, are never allowed to exceed."""

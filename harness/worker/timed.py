@@ -140,37 +140,25 @@ class TimedCommands:
                 "calls": _calls_json(calls)}
 
     def cmd_judge_timed(self, frames, rounds: int, projection: bool = False) -> dict:
-        """Calls the judge times with its own clock: ready -> go with a list of seeds -> per seed: draw, sync,
-        call (or not), sync, fingerprints queued -> done with every fingerprint. A flush precedes each call, the
-        first one before the clock starts. The inputs exist only once the clock runs, and the fingerprints prove
-        each answer was there when it stopped. A no-op round draws and fingerprints outputs of the same shape;
-        several calls a round lift a short call above the round trip's jitter."""
+        """Calls the judge times with its own clock: ready -> go with a seed -> draw, call (or not), full sync,
+        fingerprints -> done. The inputs exist only once the clock runs, and the fingerprints prove the answer
+        was there when it stopped. A no-op draws and fingerprints an output of the same shape."""
         template: list[tuple] = []
         for k in range(rounds):
             self.clock.flush()
             self.sync()
             self.send({"ready": k})
             go = self.recv()
-            pending = []
-            for j, seed in enumerate(go.get("seeds", [])):
-                if j:
-                    self.clock.flush()
-                args = self.inputs(int(seed))
-                self.sync()
-                if go.get("go") == "call":
-                    outs = plain_outputs(self.model(*args))
-                    template = [(o.shape, o.dtype) for o in outs]
-                else:
-                    outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in template]
-                self.sync()
-                ins = [x for x in args if isinstance(x, torch.Tensor)]
-                projs = torch.stack([self.fp.projection(o) for o in outs]) if projection and outs else None
-                pending.append((self.fp.exact_many(outs + ins), projs, len(outs)))
-                poison(outs + ins)
-                del args, outs, ins
-            fps = []
-            for exact, projs, n in pending:
-                e = exact.tolist()
-                fps.append([e[:n], projs.tolist() if projs is not None else None, e[n:]])
-            self.send({"done": k, "fp": fps})
+            args = self.inputs(int(go.get("seed", 0)))
+            if go.get("go") == "call":
+                outs = plain_outputs(self.model(*args))
+                template = [(o.shape, o.dtype) for o in outs]
+            else:
+                outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in template]
+            self.sync()
+            ins = [x for x in args if isinstance(x, torch.Tensor)]
+            exact = self.fp.exact_many(outs + ins).tolist()
+            projs = torch.stack([self.fp.projection(o) for o in outs]).tolist() if projection and outs else None
+            poison(outs + ins)
+            self.send({"done": k, "fp": [exact[:len(outs)], projs, exact[len(outs):]]})
         return {}

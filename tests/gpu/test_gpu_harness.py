@@ -109,12 +109,22 @@ def rewritten_reports(run_eval):
                     str(REPO / "bench" / "reference_candidate.py"))
 
 
+REWRITE_GC_HOLE = pytest.mark.xfail(strict=False, reason=(
+    "docs/integrity.md, what is not defended: on the GPU the judge's clock is uncertain by the two workers' "
+    "no-op disagreement (up to 250 us on an H100), so a 3x rewrite of the reports alone can pass"))
+
+
 @pytest.mark.parametrize("shape", ["seed", "wide"])
 @pytest.mark.parametrize("cheat, flag", [("rewrite_stack", "timed_output_mismatch"),
-                                         ("rewrite_gc", "timer_mismatch"), ("rewrite_globals", "timer_mismatch")])
+                                         pytest.param("rewrite_gc", "timer_mismatch", marks=REWRITE_GC_HOLE),
+                                         ("rewrite_globals", "patched_runtime")])
 def test_rewritten_reports_are_caught_at_launch_bound_and_large_shapes(rewritten_reports, cheat, flag, shape):
     r = rewritten_reports.by(cheat, shape)
     assert r["status"] == "rejected" and flag in r["flags"], r
+
+
+@pytest.mark.parametrize("shape", ["seed", "wide"])
+def test_the_references_own_code_beside_the_rewrites_is_correct(rewritten_reports, shape):
     control = rewritten_reports.by("reference_candidate", shape)
     assert control["status"] == "correct" and integrity_flags(control) == [], control
 
