@@ -280,20 +280,21 @@ class CandidateEvaluation:
             base = plan.judge_seed(shape.name)
             first = self._judge_clock(shape, ev, base, projection, tols, deadline)
             if first is not None:
-                ev.judge_call_us, ev.judge_noise_us = first
+                ev.judge_call_us, ev.judge_noise_us, ev.judge_clock = first
             if verdict.timer_contradicts(ev):
                 again = self._judge_clock(shape, ev, derive(base, "again"), projection, tols, deadline, freeze=True)
                 if again is not None and again[0] - again[1] < ev.judge_call_us - ev.judge_noise_us:
-                    ev.judge_call_us, ev.judge_noise_us = again
+                    ev.judge_call_us, ev.judge_noise_us, ev.judge_clock = again
         if plan.device == "cuda" and plan.config.timing.graph:
             with seconds_into(self.stages, "graph"):
                 self._graph(shape, ev, projection, tols, deadline)
 
     def _judge_clock(self, shape: Shape, ev: Evidence, base: int, projection: bool, tols, deadline: float,
-                     freeze: bool = False) -> tuple[float, float] | None:
+                     freeze: bool = False) -> tuple[float, float, dict] | None:
         """Per-call time on the judge's clock (processes.judge_timed) and its noise: the fastest verified call
         round trip less the fastest no-op one, the reference worker's no-ops the ceiling of the candidate's
-        (which it could slow); the noise is how far the two workers' fastest no-ops, the same work, disagree.
+        (which it could slow); the noise is how far the two workers' fastest no-ops, the same work, disagree;
+        then the minima behind both, for the record.
         Every call's answer is verified. Before a mismatch can accuse a candidate it is measured again, over twice
         the rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
         milliseconds to every round."""
@@ -318,13 +319,13 @@ class CandidateEvaluation:
             ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp[2] != want[seed][2],
                                               phase="judge's clock"))
             verified += [us] if ok else []
-        ev.judge_clock = {k: round(min(v), 1) if v else None for k, v in (
-            ("calls", verified), ("noops", noops), ("ref_calls", [us for us, _, _ in ref_calls]),
-            ("ref_noops", ref_noops))}
         if not verified or not (noops or ref_noops):
             return None
+        minima = {k: round(min(v), 1) if v else None for k, v in (
+            ("calls", verified), ("noops", noops), ("ref_calls", [us for us, _, _ in ref_calls]),
+            ("ref_noops", ref_noops))}
         noise = abs(min(noops) - min(ref_noops)) if noops and ref_noops else 0.0
-        return max(min(verified) - min(noops + ref_noops), 0.0), noise
+        return max(min(verified) - min(noops + ref_noops), 0.0), noise, minima
 
     def _graph(self, shape: Shape, ev: Evidence, projection: bool, tols, deadline: float) -> None:
         base = self.plan.graph_seed(shape.name)
