@@ -12,7 +12,7 @@ from conftest import CANDIDATES, CONFIGS, REPO
 from harness.stats import T975
 
 FIELDS = {"solution", "problem", "level", "shape", "status", "flags", "message", "speedup", "speedup_compile", "speedup_ci",
-          "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "lane", "solution_path", "log"}
+          "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "node", "lane", "solution_path", "log"}
 PY = str(CANDIDATES / "honest" / "python_cpu.py")
 
 

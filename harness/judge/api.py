@@ -15,7 +15,7 @@ from . import forkserver
 from .cli import REPO_ROOT, build_parser, make_plan
 
 OPTIONS = ("shapes", "seeds", "seed", "static_checks", "jobs", "gpus", "cache", "out", "isolate", "profile",
-           "baseline", "precision")
+           "baseline", "precision", "cluster")
 """Keyword options, named as the command line's flags (--static-checks is static_checks)."""
 
 
@@ -67,14 +67,19 @@ class Evaluator:
             if isinstance(args.gpus, int):
                 args.gpus = str(args.gpus)
             server = forkserver.current()
-            if not args.isolate and (server is None or server.status not in ("starting", "ready")):
+            if not (args.isolate or args.cluster) and (server is None or server.status not in ("starting", "ready")):
                 forkserver.start(REPO_ROOT)
             plan = make_plan(args, self.console)
             if isinstance(candidates, dict) and len(plan.solutions) == len(named):  # the caller's names
                 plan = replace(plan, solutions=tuple((n, p) for (n, _), (_, p) in zip(named, plan.solutions)))
-            from .runner import Runner
+            if args.cluster:
+                from .cluster import run_cluster
 
-            Runner(plan, self.console, REPO_ROOT).run()
+                run_cluster(plan, self.console, REPO_ROOT, args.cluster)
+            else:
+                from .runner import Runner
+
+                Runner(plan, self.console, REPO_ROOT).run()
             lines = (plan.out_dir / "results.jsonl").read_text().splitlines()
             order = {key: i for i, key in enumerate((n, s.name) for n, _ in plan.solutions for s in plan.shapes)}
             records = [json.loads(line) for line in lines if line.strip()]  # in the order they finished

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "graph replay) and write them to OUT/baseline.json, for --baseline")
     p.add_argument("--baseline", metavar="FILE", help="a --reference-only run's baseline.json: torch.compile's "
                    "figures come from it (refused if timed on another GPU, driver, torch or CUDA)")
+    p.add_argument("--cluster", metavar="ray[:ADDRESS]", help="evaluate on a Ray cluster, a lane per GPU: "
+                   "RAY_ADDRESS's, else a running local one, else a new local instance; ray:ADDRESS names one "
+                   "(pip install '.[ray]')")
     p.add_argument("--profile", action="store_true", help="records and run.json also say where the wall time "
                    "went (stages, worker starts, timeline)")
     return p
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    if not (args.build_only or args.isolate):
+    if not (args.build_only or args.isolate or args.cluster):
         forkserver.start(REPO_ROOT)
     try:
         try:
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.problems is not None:
                 from .suite import run_suite
 
+                if args.cluster:
+                    raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
                 records = run_suite(args, console, REPO_ROOT, make_plan)
                 return 1 if args.strict and any(r.status != "correct" for r in records) else 0
             if args.solutions or args.suite:
@@ -171,7 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
                       f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
         try:
-            records = Runner(plan, console, REPO_ROOT).run()
+            if args.cluster:
+                from .cluster import run_cluster
+
+                records = run_cluster(plan, console, REPO_ROOT, args.cluster)
+            else:
+                records = Runner(plan, console, REPO_ROOT).run()
+        except UsageError as e:
+            sys.stderr.write(f"run_eval.py: error: {e}\n")
+            return 2
         except KeyboardInterrupt:
             sys.stderr.write(f"run_eval.py: interrupted; finished records are in {plan.out_dir} (--resume it)\n")
             return 130

@@ -44,6 +44,14 @@ class TreeGuard:
     def allow_log(self, name: str) -> None:
         self.allowed_logs.add(name)
 
+    def protect(self, write):
+        """write() makes a file of the judge's after the start (a candidate fed to an open run) and returns it
+        with its path, under the lock a check holds, so no check sees it half made; it must then read the same."""
+        with self._lock:
+            made, path = write()
+            self.saved[path] = path.read_bytes()
+            return made
+
     def keep(self, name: str, data: bytes) -> Path:
         """A file of the judge's own, under the run's `times` folder: it must read the same at each check."""
         path = self.out_dir / KEPT_DIR / name

@@ -74,6 +74,7 @@ class Record:
     floors: Floors | None = None
     diagnostics: Diagnostics | None = None
     device: str = ""
+    node: str | None = None  # the host of a cluster run's lane (harness.judge.cluster); null on one host
     lane: int = 0
     solution_path: str = ""
     log: str = ""

@@ -10,7 +10,7 @@ import queue
 import shutil
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from rich.console import Console
@@ -35,8 +35,12 @@ SHM_MIN_FREE = 8 * 2**30
 
 
 class Runner:
-    def __init__(self, plan: Plan, console: Console, repo_root: Path):
+    """feed: candidates that arrive while the run goes on, as (name, path, shape names), until None; a cluster
+    lane (harness.judge.cluster) keeps one run open this way, its references and workers warm between them."""
+
+    def __init__(self, plan: Plan, console: Console, repo_root: Path, feed: queue.Queue | None = None):
         self.plan = plan
+        self.feed = feed
         self.console = console
         self.repo_root = repo_root
         self.out = plan.out_dir
@@ -65,18 +69,18 @@ class Runner:
             existing = read_records(self.out / "results.jsonl")
             done = {(r.solution, r.shape) for r in existing}
             self.writer = RecordWriter(self.out / "results.jsonl", existing)
-            src_dir = self.scratch / "src"
-            cands = [snapshot_candidate(path, name, src_dir) for name, path in plan.solutions]
+            self.src_dir = self.scratch / "src"
+            cands = [snapshot_candidate(path, name, self.src_dir) for name, path in plan.solutions]
             if plan.isolate:
                 isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
-            guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(src_dir,))
+            self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(self.src_dir,))
             self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir)
             (self.scratch / "tmp").mkdir()
-            logs = [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")] + ["pch.log"]
-            logs += [self._lane_log(kind, i).name for kind in ("reference", "spare") for i in range(len(plan.lanes))]
+            logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
+                                  for i in range(len(plan.lanes))]
             for name in logs:
-                guard.allow_log(name)
-            self.tamper = TamperWatch(guard)
+                self.guard.allow_log(name)
+            self.tamper = TamperWatch(self.guard)
             self.todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
             self.cands = [c for c in cands if self.todo[c.name]]
             starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
@@ -84,10 +88,7 @@ class Runner:
             starter.shutdown(wait=False)
             self.static = {}
             for c in self.cands:
-                found = [] if plan.static_policy == "off" else static_checks.analyze(
-                    c.source, plan.device, c.path.parent, {plan.problem.name})
-                self.static[c.name] = tuple([f"{f.rule} (line {f.line})" for f in found if f.severity == sev]
-                                            for sev in ("error", "warning"))
+                self._admit(c)
             self.host = host_info(self.repo_root)
             self.profile.mark("runner_started")
             return self._pipeline(ref_start)
@@ -97,6 +98,42 @@ class Runner:
                     for r in ref_start.result():
                         r.worker.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _admit(self, c) -> None:
+        """A candidate's logs allowed in the run's folder, and its static findings (errors, warnings)."""
+        for ext in (".log", ".build.log"):
+            self.guard.allow_log(f"{safe_name(c.name)}{ext}")
+        found = [] if self.plan.static_policy == "off" else static_checks.analyze(
+            c.source, self.plan.device, c.path.parent, {self.plan.problem.name})
+        self.static[c.name] = tuple([f"{f.rule} (line {f.line})" for f in found if f.severity == sev]
+                                    for sev in ("error", "warning"))
+
+    def _snapshot_fed(self, name: str, path: Path):
+        def write():
+            c = snapshot_candidate(path, name, self.src_dir)
+            return c, c.copy_path
+
+        return write
+
+    def _builds_done(self, pool: BuildPool, futures: dict):
+        """Builds as they finish; with a feed, candidates fed meanwhile join (their builds submitted at once)
+        until it yields None."""
+        pending, feeding = set(futures), self.feed is not None
+        while pending or feeding:
+            if pending:
+                done, pending = wait(pending, timeout=0.05 if feeding else None, return_when=FIRST_COMPLETED)
+                yield from done
+            while feeding and (not pending or not self.feed.empty()):
+                item = self.feed.get()
+                if item is None:
+                    feeding = False
+                    break
+                name, path, shapes = item
+                c = self.guard.protect(self._snapshot_fed(name, Path(path)))
+                self.todo[c.name] = [s for s in self.plan.shapes if s.name in shapes]
+                self.cands.append(c)
+                self._admit(c)
+                pending |= self._submit_builds(pool, futures, self._benv, [c])
 
     def _pipeline(self, ref_start) -> list[Record]:
         """Builds start at once where the GPU architecture is known without a CUDA context (nvidia-smi) or not
@@ -129,7 +166,7 @@ class Runner:
                 self._write_run_json(arch)
                 if not plan.build_only:
                     threads = self._start_lanes(refs, arch, work)
-                for fut in as_completed(futures):
+                for fut in self._builds_done(pool, futures):
                     c, result = futures[fut], fut.result()
                     self.builds[c.name] = result
                     if self.pch is not None and self.pch.status == "not started" and not result.cached:
@@ -183,9 +220,12 @@ class Runner:
         baseline.write(plan.baseline_out, plan.device, entries)
         self.console.print(f"baseline: {len(entries)} of {len(plan.shapes)} shape(s) timed, in {plan.baseline_out}")
 
-    def _submit_builds(self, pool: BuildPool, futures: dict, benv: dict) -> None:
+    def _submit_builds(self, pool: BuildPool, futures: dict, benv: dict, cands: list | None = None) -> set:
+        """Each candidate's build submitted (one rejected by a strict static check gets its records instead);
+        returns the new futures."""
         plan = self.plan
-        self.profile.mark("builds_started")
+        self.profile.mark("builds_started", once=True)
+        self._benv = benv
         wants_pch = plan.config.build.pch and not plan.isolate  # isolated builds compile in folders of their own
         if wants_pch and any(c.native_kind in ("cpp", "cuda") for c in self.cands) and self.pch is None:
             self.pch = HeaderBuild(plan.cache_dir, self.toolchain, self.repo_root, benv, self.logs / "pch.log",
@@ -193,8 +233,9 @@ class Runner:
             if plan.device == "cpu":  # main.cpp is the whole compile: the builds wait for the header
                 self.pch.start()
                 self.pch.wait()
-            benv = dict(benv, KBH_PCH="1")
-        for c in self.cands:
+            benv = self._benv = dict(benv, KBH_PCH="1")
+        new = set()
+        for c in self.cands if cands is None else cands:
             if self.static[c.name][0] and plan.static_policy == "strict":
                 self._write_unrun(c, None)
                 self.advance("build", 1)
@@ -204,7 +245,10 @@ class Runner:
                           scratch=self.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
                           isolate=plan.isolate, sandbox=self.sandbox)
             self.tamper.build_started(c.name, c, kwargs)
-            futures[pool.submit(run_build, c, **kwargs)] = c
+            fut = pool.submit(run_build, c, **kwargs)
+            futures[fut] = c
+            new.add(fut)
+        return new
 
     def _device_name(self) -> str:
         return self.lane_info.get(0, {}).get("gpu") or f"CPU ({self.host.get('cpu_cores', '?')} cores)"
@@ -263,7 +307,7 @@ class Runner:
                 device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i], tamper=self.tamper,
                 profile=self.profile, sandbox=self.sandbox, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.contexts.append(ctx)
-            spares = lanes.SparePool(make, size=size, needed=len(self.cands))
+            spares = lanes.SparePool(make, size=size, needed=None if self.feed else len(self.cands))
             threads.append(threading.Thread(target=lanes.run_lane, name=f"kbh-lane{i}", daemon=True, args=(
                 ctx, spares, work, self.todo, self.static, self.writer, self.advance)))
         for t in threads:

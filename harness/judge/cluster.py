@@ -1,0 +1,318 @@
+"""A run across a Ray cluster (`--cluster ray[:ADDRESS]`, the optional extra `.[ray]`).
+
+Each GPU of the cluster hosts one lane actor (`num_gpus=1`): a judge process of its own that runs the local
+pipeline (`Runner` with a feed), so its reference, its workers and its fork server stay warm between candidates,
+and every verdict is decided there by the same code as a local run's, the candidate's code running only in the
+worker processes that actor starts. Reference and candidate are timed on that actor's GPU, so no speedup compares
+times across GPU models. Builds are Ray tasks on CPUs, keyed by content (the build cache's own keys cover source,
+GPU architecture, compilers, torch and Python); the extensions a build made travel through the object store to
+any lane whose environment has the same key. The driver hands out one candidate at a time to whichever lane is
+idle, re-queues the candidates a lost lane held, and writes every record once, with the node and GPU it ran on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from ..cachekeys import build_memo_key, ext_folder
+from ..errors import UsageError
+from . import report
+from .builds import build_env, run_build, snapshot_candidate
+from .forkserver import worker_env
+from .plan import Plan
+from .records import Record, RecordWriter, read_records
+
+ATTEMPTS = 3
+"""Lanes a candidate is handed to before its records say the cluster could not evaluate it."""
+CACHE_FALLBACK = Path.home() / ".cache" / "kbh"
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--cluster ray: Ray is not installed (pip install '.[ray]')") from None
+    return ray
+
+
+def connect(spec: str, repo_root: Path, logical_gpus: int = 0) -> str:
+    """`ray`: the cluster at RAY_ADDRESS, else a running local one, else a new local instance (declaring
+    `logical_gpus` GPUs for a CPU run); `ray:ADDRESS` names one. Returns the address used."""
+    kind, _, address = spec.partition(":")
+    if kind != "ray":
+        raise UsageError(f"--cluster {spec}: expected ray or ray:ADDRESS")
+    ray = _ray()
+    if ray.is_initialized():
+        return address or "current"
+    env = {"excludes": [".git", ".cache", "results", ".ab", "*.so"], "working_dir": str(repo_root)}
+    opts = dict(log_to_driver=False, include_dashboard=False, runtime_env=env)
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    try:
+        ray.init(address=address or "auto", **opts)
+        return address or "auto"
+    except ConnectionError:
+        if address:
+            raise UsageError(f"--cluster {spec}: no Ray cluster answers at {address}") from None
+    ray.init(num_gpus=logical_gpus or None, object_store_memory=200 * 2**20, **opts)
+    return "local"
+
+
+def _cache_dir(wanted: Path) -> Path:
+    """The plan's build cache where this node can write it (a shared path, or one host), else ~/.cache/kbh."""
+    for d in (wanted, CACHE_FALLBACK):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if os.access(d, os.W_OK):
+                return d
+        except OSError:
+            continue
+    raise RuntimeError(f"no writable build cache on {socket.gethostname()}")
+
+
+def pack_build(cache_dir: Path, memo_key: str) -> bytes | None:
+    """The cache's record of a whole build and the extensions it names, as a tar archive (None: no record)."""
+    memo = cache_dir / "builds" / f"{memo_key}.json"
+    try:
+        exts = json.loads(memo.read_text())["extensions"]
+    except (OSError, ValueError, KeyError):
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for e in exts:
+            folder = ext_folder(cache_dir, e["key"])
+            tar.add(folder, arcname=str(folder.relative_to(cache_dir)))
+        tar.add(memo, arcname=f"builds/{memo_key}.json")  # last: a reader sees the record only once all is there
+    return buf.getvalue()
+
+
+def unpack_build(cache_dir: Path, blob: bytes | None) -> None:
+    """A packed build into this node's cache, where its record is not there yet (same key, same binary)."""
+    if not blob:
+        return
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        names = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
+        memo = next((m.name for m in names if m.name.startswith("builds/")), None)
+        if memo is None or (cache_dir / memo).exists():
+            return
+        tar.extractall(cache_dir, members=names, filter="data")
+
+
+def build_task(plan: Plan, name: str, source: str, arch: str | None, toolchain: str) -> tuple[str, bytes | None]:
+    """A Ray task: the candidate built into this node's cache (no candidate code runs in this process: the
+    build is a process of its own), then packed. Returns (status, packed build or None)."""
+    cache_dir = _cache_dir(plan.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="kbh-build-") as tmp:
+        path = Path(tmp) / "src" / f"{name.replace('/', '_')}.py"
+        path.parent.mkdir()
+        path.write_text(source)
+        cand = snapshot_candidate(path, name, Path(tmp) / "copy")
+        (Path(tmp) / "tmp").mkdir()
+        env = build_env(arch, toolchain, Path(tmp) / "tmp")
+        repo = Path(__file__).resolve().parents[2]
+        result = run_build(cand, repo_root=repo, cache_dir=cache_dir, env=env, timeout_s=plan.config.build.timeout_s,
+                           log_path=Path(tmp) / "build.log", scratch=Path(tmp), cores=None)
+        key = build_memo_key(cand.sha256, worker_env(repo, env))
+        return result.status, pack_build(cache_dir, key) if result.status == "built" else None
+
+
+class Lane:
+    """A Ray actor: one GPU (or, on a CPU run, one logical GPU), one open local run."""
+
+    def __init__(self, plan: Plan):
+        from . import forkserver
+        from .runner import Runner
+
+        repo = Path(__file__).resolve().parents[2]
+        self.tmp = Path(tempfile.mkdtemp(prefix="kbh-lane-"))
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
+        self.plan = replace(plan, solutions=(), out_dir=self.tmp / "out", cache_dir=_cache_dir(plan.cache_dir),
+                            lanes=(gpu,) if plan.device == "cuda" else ("cpu",), notes=(), profile=False)
+        self.plan.out_dir.mkdir(parents=True)
+        forkserver.start(repo)
+        self.feed: queue.Queue = queue.Queue()
+        self.runner = Runner(self.plan, Console(quiet=True), repo, feed=self.feed)
+        self.error: list[str] = []
+        self.fed = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.runner.run()
+        except BaseException as e:  # noqa: BLE001  (reported to the driver by evaluate)
+            self.error.append(f"{type(e).__name__}: {e}")
+
+    def info(self) -> dict:
+        """Where this lane runs, and what a build for it must match, once its reference worker is up."""
+        import ray
+        import torch
+
+        while 0 not in self.runner.lane_info:
+            if self.error or not self.thread.is_alive():
+                raise RuntimeError(f"lane failed to start: {'; '.join(self.error) or 'no error reported'}")
+            time.sleep(0.02)
+        lane = self.runner.lane_info[0]
+        return {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+                "gpu": lane.get("gpu"), "arch": lane.get("capability"), "toolchain": self.runner.toolchain,
+                "torch": torch.__version__}
+
+    def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> list[dict]:
+        """One candidate's records at `shapes`, as results.jsonl holds them. build: [a build task's reference];
+        where that build failed or its node is gone, the lane builds the candidate itself."""
+        import ray
+
+        try:
+            status, blob = ray.get(build[0])
+            if status == "built":
+                unpack_build(self.plan.cache_dir, blob)
+        except Exception:  # noqa: BLE001, S110
+            pass
+        self.fed += 1
+        path = self.tmp / "candidates" / str(self.fed) / f"{Path(name).name}.py"
+        path.parent.mkdir(parents=True)
+        path.write_text(source)
+        self.feed.put((name, str(path), shapes))
+        while True:
+            writer: RecordWriter | None = getattr(self.runner, "writer", None)
+            mine = [r for r in (writer.records if writer else []) if r.solution == name]
+            if len(mine) >= len(shapes):
+                return [r.to_json() for r in mine]
+            if self.error or not self.thread.is_alive():
+                raise RuntimeError(f"lane's run ended: {'; '.join(self.error) or 'no error reported'}")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        from . import forkserver
+
+        self.feed.put(None)
+        self.thread.join(timeout=60)
+        forkserver.stop()
+
+
+def _lost(ray, e: BaseException) -> bool:
+    return isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))
+
+
+def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], message: str) -> list[Record]:
+    return [Record(solution=name, problem=plan.problem.name, shape=s, status="runtime_error",
+                   message=f"the cluster could not evaluate it: {message}"[:2000], solution_path=str(path))
+            for s in shapes]
+
+
+def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> list[Record]:
+    """The plan's candidates over every lane of the cluster; records and tables as a local run writes them.
+    Records already in the output folder (--resume) are kept and not evaluated again."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if plan.build_only or plan.reference_only:
+        raise UsageError("--cluster: --build-only and --reference-only run on one host")
+    address = connect(spec, repo_root, logical_gpus=len(plan.lanes) if plan.device == "cpu" else 0)
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if gpus < 1:
+        raise UsageError(f"--cluster {spec}: the Ray cluster ({address}) has no GPU; a CPU run needs logical "
+                         "GPUs (ray start --num-gpus N)")
+    out = plan.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    existing = read_records(out / "results.jsonl")
+    done = {(r.solution, r.shape) for r in existing}
+    writer = RecordWriter(out / "results.jsonl", existing)
+    todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
+    items = [(name, path, path.read_text()) for name, path in plan.solutions if todo[name]]
+    actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=2)(Lane)
+    actors = [actor_cls.remote(plan) for _ in range(gpus)]
+    lane_of = {a: i for i, a in enumerate(actors)}
+    infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
+    _write_run_json(plan, address, infos, complete=False)
+    console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
+                  f"lane(s) of the Ray cluster ({address}), master seed {plan.master_seed}, output {out}")
+    builds: dict[tuple, object] = {}
+    build_remote = ray.remote(num_cpus=1, max_retries=2)(build_task)
+
+    def build_for(info: dict, name: str, source: str):
+        key = (source, info["arch"], info["toolchain"], info["torch"])
+        if key not in builds:  # once per content and environment; any lane of that environment reuses it
+            strategy = NodeAffinitySchedulingStrategy(info["node_id"], soft=True)
+            builds[key] = build_remote.options(scheduling_strategy=strategy).remote(
+                plan, name, source, info["arch"], info["toolchain"])
+        return builds[key]
+
+    for name, _, source in items:  # every build starts at once; lanes take candidates as they are built
+        build_for(infos[actors[0]], name, source)
+    waiting = list(items)
+    attempts: dict[str, int] = {}
+    running: dict = {}  # ref -> (actor, item)
+    idle = list(actors)
+    try:
+        while waiting or running:
+            while waiting and idle:
+                actor, item = idle.pop(0), waiting.pop(0)
+                name, _, source = item
+                attempts[name] = attempts.get(name, 0) + 1
+                build = [build_for(infos[actor], name, source)]  # in a list: the lane waits for it, not Ray
+                running[actor.evaluate.remote(name, source, todo[name], build)] = (actor, item)
+            if not running:
+                break
+            [ref], _ = ray.wait(list(running), num_returns=1)
+            actor, item = running.pop(ref)
+            name, path, _ = item
+            try:
+                recs = ray.get(ref)
+            except Exception as e:  # noqa: BLE001  (a lost lane re-queues; any other failure retries elsewhere)
+                lost = _lost(ray, e)
+                console.print(f"[yellow]lane on {infos[actor]['node']} {'lost' if lost else 'failed'}:[/] "
+                              f"{type(e).__name__}; {name} goes to another lane")
+                ray.kill(actor, no_restart=True)
+                actors.remove(actor)
+                if attempts[name] < ATTEMPTS and actors:
+                    waiting.insert(0, item)
+                else:
+                    for r in _failed_records(plan, name, path, todo[name], f"{type(e).__name__}: {e}"):
+                        writer.write(r)
+                if not actors and waiting:
+                    for n, p, _ in waiting:
+                        for r in _failed_records(plan, n, p, todo[n], "every lane was lost"):
+                            writer.write(r)
+                    waiting.clear()
+                continue
+            where = infos[actor]
+            for d in recs:
+                d.update(solution_path=str(path), node=where["node"], lane=lane_of[actor])
+                writer.write(Record.from_json(d))
+            idle.append(actor)
+    finally:
+        for a in actors:
+            try:
+                ray.get(a.close.remote(), timeout=60)
+            except Exception:  # noqa: BLE001, S110  (a lane that cannot close is killed)
+                pass
+            ray.kill(a, no_restart=True)
+    _write_run_json(plan, address, infos, complete=True)
+    records = writer.records
+    name = next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU"
+    note = report.caption(plan.device, name, plan.config.timing.speedup_metric, plan.config.timing.speedup_quantile)
+    report.write_files(records, out, note)
+    report.print_table(records, console, f"{plan.problem.name}: {len(records)} records", note)
+    return records
+
+
+def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:
+    data = {"run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "cluster": address,
+            "lanes": [{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()],
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
+            "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
+    tmp = plan.out_dir / "run.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(plan.out_dir / "run.json")

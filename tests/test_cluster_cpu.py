@@ -1,0 +1,90 @@
+"""The Ray backend on a local multi-node cluster (raylets on this machine, each declaring one logical GPU): the
+same verdicts as the local backend, and a node lost mid-run loses no record and duplicates none."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import CANDIDATES, CONFIGS, REPO
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytestmark = pytest.mark.slow
+HONEST = CANDIDATES / "cpu" / "vadd_cpp.py"
+WRONG = CANDIDATES / "cpu" / "vsub_wrong_cpp.py"
+FAST_HEALTH = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
+
+
+@pytest.fixture
+def cluster():
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0,
+                                                                     "_system_config": FAST_HEALTH})
+    nodes = [c.add_node(num_cpus=1, num_gpus=1) for _ in range(2)]
+    c.wait_for_nodes()
+    yield c, nodes
+    c.shutdown()
+
+
+def _verdicts(out) -> list[tuple]:
+    lines = (out / "results.jsonl").read_text().splitlines()
+    return sorted((r["solution"], r["shape"], r["status"], tuple(r["flags"])) for r in map(json.loads, lines))
+
+
+def _candidates(tmp_path, n: int) -> list[str]:
+    """n honest candidates under names of their own, and the wrong one."""
+    folder = tmp_path / "cands"
+    folder.mkdir()
+    for i in range(n):
+        shutil.copy(HONEST, folder / f"honest_{i}.py")
+    shutil.copy(WRONG, folder / "wrong.py")
+    return sorted(str(p) for p in folder.glob("*.py"))
+
+
+def _cmd(build_cache, out, cands, *extra) -> list[str]:
+    return [sys.executable, str(REPO / "run_eval.py"), str(CONFIGS / "cpu_vadd.yaml"), "--device", "cpu",
+            "--seed", "7", "--cache", str(build_cache), "--out", str(out), "--solution", *cands, *extra]
+
+
+def test_a_cluster_run_gives_the_local_verdicts_with_where_each_ran(cluster, build_cache, tmp_path):
+    c, _ = cluster
+    cands = _candidates(tmp_path, 2)
+    local = subprocess.run(_cmd(build_cache, tmp_path / "local", cands), capture_output=True, text=True, timeout=1200)
+    assert local.returncode == 0, local.stderr
+    run = subprocess.run(_cmd(build_cache, tmp_path / "ray", cands, "--cluster", f"ray:{c.address}"),
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stderr
+    assert _verdicts(tmp_path / "ray") == _verdicts(tmp_path / "local")
+    assert [v[2] for v in _verdicts(tmp_path / "ray")] == ["correct", "correct", "incorrect"]
+    records = [json.loads(x) for x in (tmp_path / "ray" / "results.jsonl").read_text().splitlines()]
+    assert all(r["node"] for r in records) and {r["lane"] for r in records} <= {0, 1}
+    assert {r["solution_path"] for r in records} == set(cands)
+    assert (tmp_path / "ray" / "summary.md").is_file()
+    assert len(json.loads((tmp_path / "ray" / "run.json").read_text())["lanes"]) == 2
+
+
+def test_a_node_lost_mid_run_loses_no_record_and_duplicates_none(cluster, build_cache, tmp_path):
+    c, nodes = cluster
+    cands = _candidates(tmp_path, 5)
+    out = tmp_path / "ray"
+    proc = subprocess.Popen(_cmd(build_cache, out, cands, "--cluster", f"ray:{c.address}"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    c.remove_node(nodes[1])
+    stdout, stderr = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, stderr
+    verdicts = _verdicts(out)
+    assert [(v[0], v[1]) for v in verdicts] == sorted((os.path.basename(p)[:-3], "small") for p in cands)
+    assert [v[2] for v in verdicts] == ["correct"] * 5 + ["incorrect"]
+    resumed = subprocess.run(_cmd(build_cache, out, cands, "--cluster", f"ray:{c.address}", "--resume", str(out)),
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _verdicts(out) == verdicts
