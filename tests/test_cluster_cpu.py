@@ -88,3 +88,16 @@ def test_a_node_lost_mid_run_loses_no_record_and_duplicates_none(cluster, build_
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert _verdicts(out) == verdicts
+
+
+def test_the_python_api_takes_the_cluster_option(cluster, build_cache, tmp_path):
+    import harness
+
+    c, _ = cluster
+    try:
+        records = harness.evaluate(CONFIGS / "cpu_vadd.yaml", {"honest": HONEST.read_text(), "wrong": str(WRONG)},
+                                   device="cpu", seed=7, cache=str(build_cache), cluster=f"ray:{c.address}")
+    finally:
+        ray.shutdown()
+    assert [(r["solution"], r["status"]) for r in records] == [("honest", "correct"), ("wrong", "incorrect")]
+    assert all(r["node"] for r in records)
