@@ -234,7 +234,12 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=2)(Lane)
     actors = [actor_cls.remote(plan) for _ in range(gpus)]
     lane_of = {a: i for i, a in enumerate(actors)}
-    infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
+    try:
+        infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
+    except Exception as e:  # noqa: BLE001
+        for a in actors:
+            ray.kill(a, no_restart=True)
+        raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
     _write_run_json(plan, address, infos, complete=False)
     console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
                   f"lane(s) of the Ray cluster ({address}), master seed {plan.master_seed}, output {out}")
