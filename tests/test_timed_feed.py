@@ -167,3 +167,17 @@ def test_idle_spares_poison_together_at_most_a_quarter_of_the_free_memory():
     assert small == 24 * gib // 20 and 5 * small <= 24 * gib // 4
     assert poison_size(24 * gib, 4 * gib) == 4 * gib and poison_size(8 * gib, 4 * gib) == 2 * gib
     assert poison_size(0, 4 * gib, holders=0) == 0
+
+
+def test_run_loop_takes_two_samples_when_a_draw_outlasts_the_round_budget():
+    import time
+
+    settings = LoopSettings(warmup_ms=0.0, min_runs=5, max_runs=50, budget_s=0.001, target_rse=0.0)
+
+    def step(i: int):
+        if i % 3 == 0:
+            time.sleep(0.02)  # a batch of inputs drawn on a busy host: 20 budgets
+        return (lambda: i), i % 3 != 0
+
+    samples, _ = clocks.run_loop(StepClock(), step, lambda o: None, lambda *a: None, settings)
+    assert len(samples) >= 2

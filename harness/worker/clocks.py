@@ -124,7 +124,9 @@ class CpuClock:
 def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
              on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
     """Warm up, then sample until the error of the figure read (the samples' `quantile`, not the mean: its
-    rule stops too early for a low quantile) is under target, or the budget or max_runs is spent."""
+    rule stops too early for a low quantile) is under target, or the budget or max_runs is spent. At least two
+    samples are taken whatever the budget: on a busy host one input draw can outlast a short round's budget,
+    and one sample has no spread."""
     start = _monotonic()
     measure_start = None
     samples: list[Sample] = []
@@ -148,7 +150,7 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
                 break
             if n >= s.min_runs and (elapsed >= s.budget_s or quantile_rse(seen, s.quantile) <= s.target_rse):
                 break
-        if measure_start is not None and now - measure_start >= 8 * s.budget_s:
+        if measure_start is not None and len(samples) >= 2 and now - measure_start >= 8 * s.budget_s:
             break
         i += 1
     return samples, i + 1 - len(samples)
