@@ -81,6 +81,10 @@ def test_a_node_lost_mid_run_loses_no_record_and_duplicates_none(cluster, build_
     c.remove_node(nodes[1])
     stdout, stderr = proc.communicate(timeout=1200)
     assert proc.returncode == 0, stderr
+    deadline = time.monotonic() + 30  # the lost lane's fork server and workers end with it
+    while _harness_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _harness_processes()
     verdicts = _verdicts(out)
     assert [(v[0], v[1]) for v in verdicts] == sorted((os.path.basename(p)[:-3], "small") for p in cands)
     assert [v[2] for v in verdicts] == ["correct"] * 5 + ["incorrect"]
@@ -88,6 +92,20 @@ def test_a_node_lost_mid_run_loses_no_record_and_duplicates_none(cluster, build_
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert _verdicts(out) == verdicts
+
+
+def _harness_processes() -> list[int]:
+    """Fork servers and the workers forked from them (same command line) still running on this machine."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read()
+            state = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"harness.worker.forkserver_main" in cmd and state not in ("Z", "X"):
+            found.append(int(d))
+    return found
 
 
 def test_the_python_api_takes_the_cluster_option(cluster, build_cache, tmp_path):
@@ -101,3 +119,27 @@ def test_the_python_api_takes_the_cluster_option(cluster, build_cache, tmp_path)
         ray.shutdown()
     assert [(r["solution"], r["status"]) for r in records] == [("honest", "correct"), ("wrong", "incorrect")]
     assert all(r["node"] for r in records)
+
+
+def test_a_run_goes_to_the_cluster_it_names_and_leaves_the_callers_connection_alone():
+    from harness.errors import UsageError
+    from harness.judge.cluster import connect
+
+    a, b = (cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1})
+            for _ in range(2))
+    try:
+        connect(f"ray:{a.address}", REPO)
+        assert ray.get_runtime_context().gcs_address == a.address
+        connect(f"ray:{b.address}", REPO)  # this process's connection is the harness's: it moves
+        assert ray.get_runtime_context().gcs_address == b.address
+        ray.shutdown()
+        ray.init(address=a.address)  # the caller's own
+        connect("ray", REPO)
+        assert ray.get_runtime_context().gcs_address == a.address
+        with pytest.raises(UsageError, match=a.address):
+            connect(f"ray:{b.address}", REPO)
+        assert ray.is_initialized() and ray.get_runtime_context().gcs_address == a.address
+    finally:
+        ray.shutdown()
+        a.shutdown()
+        b.shutdown()

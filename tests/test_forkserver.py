@@ -188,3 +188,42 @@ def test_two_threads_waiting_on_one_forked_worker_both_see_its_end(server, tmp_p
         t.join(90)
     assert errors == [] and codes == [-signal.SIGTERM] * 3
     w.kill()
+
+
+def test_workers_end_with_their_judge_even_when_stopped(tmp_path):
+    """A judge killed outright (a lost cluster node's actor, kill -9) leaves no worker behind: the server, whose
+    socket to the judge closes, kills every worker it forked, one frozen by SIGSTOP too."""
+    import sys
+    import time
+
+    script = (
+        "import os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from harness.judge import forkserver\n"
+        "from harness.judge.processes import WorkerHandle\n"
+        f"repo, tmp = Path({str(REPO)!r}), Path({str(tmp_path)!r})\n"
+        "forkserver.start(repo)\n"
+        "ws = [WorkerHandle(repo_root=repo, env={}, log_path=tmp / f'w{i}.log', cwd=tmp, trusted=True) for i in (0, 1)]\n"
+        "assert all(w.forked and w.request('ping', 120).get('ok') for w in ws)\n"
+        "os.killpg(ws[0].proc.pid, signal.SIGSTOP)\n"
+        "print(*[w.proc.pid for w in ws], flush=True)\n"
+        "time.sleep(600)\n")
+    judge = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in judge.stdout.readline().split()]
+        assert len(pids) == 2 and all(_running(p) for p in pids)
+    finally:
+        judge.kill()
+        judge.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(p) for p in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return _stat(pid)[0] not in ("Z", "X")
+    except OSError:
+        return False

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.judge.static_checks import analyze
+from harness.judge.static_checks import analyze, defined_kernels, launched_own_kernel
 
 KERNEL = '''
 from torch.utils.cpp_extension import load_inline
@@ -96,6 +96,7 @@ def test_syntax_error_yields_no_findings():
 
 
 BACKENDS = Path(__file__).resolve().parent / "candidates" / "backends"
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions" / "pack_tokens"
 CUTE = '''
 import torch
 import cutlass.cute as cute
@@ -153,3 +154,21 @@ def test_a_decorator_of_another_library_is_no_kernel():
     src = ("import torch\nimport functools\n@functools.lru_cache\ndef jit(x):\n    return x\n"
            "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n")
     assert "no_custom_kernel" in rules(src, "cuda")
+
+
+def test_the_kernels_a_candidate_defines_are_found_by_name_and_matched_against_profiler_names():
+    src = ('import torch\nimport triton\nsrc = r"""\n'
+           "// __global__ void commented_out(int n) {}\n"
+           "template <int V> __global__ void __launch_bounds__(256) pack_rows(const float* x) {}\n"
+           "__global__ static void zero_tail(float* y, int n) {}\n"
+           '"""\n@triton.jit\ndef _scale(x_ptr):\n    pass\n')
+    kernels = defined_kernels(src)
+    assert kernels == {"pack_rows", "zero_tail", "_scale"}
+    assert launched_own_kernel(kernels, ["Memcpy HtoD (Pageable -> Device)", "void pack_rows<4>(float const*)"])
+    assert launched_own_kernel(kernels, ["_scale"])
+    torch_only = ["void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+                  "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"]
+    assert not launched_own_kernel(kernels, torch_only)
+    assert not launched_own_kernel(frozenset({"add"}), torch_only)  # a whole identifier, not a part of one
+    assert defined_kernels((BACKENDS / "dummy_triton.py").read_text()) == {"_unused"}
+    assert {"pack_gather", "scatter_rows"} <= defined_kernels((SOLUTIONS / "fast_vec16.py").read_text())

@@ -150,3 +150,15 @@ def test_a_wrong_answer_on_the_judges_clock_is_a_timed_mismatch():
     e.timed.append(TimedVerification(0, 7, ok=False, phase="judge's clock"))
     d = decide(e)
     assert d.status == "rejected" and "timed_output_mismatch" in d.flags and "judge's clock call 0" in d.message
+
+
+def test_on_the_gpu_the_launched_kernels_decide_the_dummy_kernel_flag_not_the_text():
+    text = ["torch_compute_in_forward (line 16)"]
+    d = decide(honest(static_warnings=text, own_kernels=False))
+    assert d.status == "correct" and "own_kernel_not_launched" in d.flags
+    assert not [f for f in d.flags if f.startswith("static:")]
+    d = decide(honest(static_warnings=text, own_kernels=True))
+    assert d.status == "correct" and "own_kernel_not_launched" not in d.flags
+    assert not [f for f in d.flags if f.startswith("static:")]
+    d = decide(honest(static_warnings=text))  # no profile: the text's warning stands
+    assert "static:torch_compute_in_forward (line 16)" in d.flags and "own_kernel_not_launched" not in d.flags

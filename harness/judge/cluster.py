@@ -12,6 +12,8 @@ idle, re-queues the candidates a lost lane held, and writes every record once, w
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
 import os
@@ -29,6 +31,7 @@ from rich.console import Console
 from ..cachekeys import build_memo_key, ext_folder
 from ..errors import UsageError
 from . import report
+from .buildcache import memo_lookup
 from .builds import build_env, run_build, snapshot_candidate
 from .forkserver import worker_env
 from .plan import Plan
@@ -36,7 +39,15 @@ from .records import Record, RecordWriter, read_records
 
 ATTEMPTS = 3
 """Lanes a candidate is handed to before its records say the cluster could not evaluate it."""
+DEPTH = 2
+"""Candidates a lane holds at once while enough wait: its pipeline prepares the next while it times one."""
 CACHE_FALLBACK = Path.home() / ".cache" / "kbh"
+_CONNECTED: dict[str, str] = {}
+REPO = Path(__file__).resolve().parents[2]
+
+
+class LaneStartError(RuntimeError):
+    """A lane's reference or pipeline failed to start: the cluster is misconfigured, and the run ends."""
 
 
 def _ray():
@@ -49,24 +60,34 @@ def _ray():
 
 def connect(spec: str, repo_root: Path, logical_gpus: int = 0) -> str:
     """`ray`: the cluster at RAY_ADDRESS, else a running local one, else a new local instance (declaring
-    `logical_gpus` GPUs for a CPU run); `ray:ADDRESS` names one. Returns the address used."""
+    `logical_gpus` GPUs for a CPU run); `ray:ADDRESS` names one. A connection this process holds is reused
+    where it leads there (the caller's own too: its nodes must then import the harness); one of ours that
+    leads elsewhere is closed first. Returns the address used."""
     kind, _, address = spec.partition(":")
     if kind != "ray":
         raise UsageError(f"--cluster {spec}: expected ray or ray:ADDRESS")
     ray = _ray()
+    address = address or os.environ.get("RAY_ADDRESS", "")
     if ray.is_initialized():
-        return address or "current"
+        current = ray.get_runtime_context().gcs_address
+        ours = _CONNECTED.get("gcs") == current
+        if not address or address in (current, _CONNECTED.get("address") if ours else None):
+            return _CONNECTED["used"] if ours else current
+        if not ours:  # the caller's own connection: not the harness's to close
+            raise UsageError(f"--cluster {spec}: this process is connected to the Ray cluster at {current}")
+        ray.shutdown()
     env = {"excludes": [".git", ".cache", "results", ".ab", "*.so"], "working_dir": str(repo_root)}
     opts = dict(log_to_driver=False, include_dashboard=False, runtime_env=env)
-    address = address or os.environ.get("RAY_ADDRESS", "")
     try:
         ray.init(address=address or "auto", **opts)
-        return address or "auto"
+        used = address or "auto"
     except ConnectionError:
         if address:
             raise UsageError(f"--cluster {spec}: no Ray cluster answers at {address}") from None
-    ray.init(num_gpus=logical_gpus or None, object_store_memory=200 * 2**20, **opts)
-    return "local"
+        ray.init(num_gpus=logical_gpus or None, object_store_memory=200 * 2**20, **opts)
+        used = "local"
+    _CONNECTED.update(address=address, used=used, gcs=ray.get_runtime_context().gcs_address)
+    return used
 
 
 def _cache_dir(wanted: Path) -> Path:
@@ -120,11 +141,13 @@ def build_task(plan: Plan, name: str, source: str, arch: str | None, toolchain: 
         cand = snapshot_candidate(path, name, Path(tmp) / "copy")
         (Path(tmp) / "tmp").mkdir()
         env = build_env(arch, toolchain, Path(tmp) / "tmp")
-        repo = Path(__file__).resolve().parents[2]
-        result = run_build(cand, repo_root=repo, cache_dir=cache_dir, env=env, timeout_s=plan.config.build.timeout_s,
+        result = run_build(cand, repo_root=REPO, cache_dir=cache_dir, env=env, timeout_s=plan.config.build.timeout_s,
                            log_path=Path(tmp) / "build.log", scratch=Path(tmp), cores=None)
-        key = build_memo_key(cand.sha256, worker_env(repo, env))
-        return result.status, pack_build(cache_dir, key) if result.status == "built" else None
+        return result.status, pack_build(cache_dir, _memo_key(source, env)) if result.status == "built" else None
+
+
+def _memo_key(source: str, env: dict[str, str]) -> str:
+    return build_memo_key(hashlib.sha256(source.encode()).hexdigest(), worker_env(REPO, env))
 
 
 class Lane:
@@ -132,19 +155,20 @@ class Lane:
 
     def __init__(self, plan: Plan):
         from . import forkserver
+
+        forkserver.start(REPO)  # before this process imports torch: the server's own import overlaps it
         from .runner import Runner
 
-        repo = Path(__file__).resolve().parents[2]
         self.tmp = Path(tempfile.mkdtemp(prefix="kbh-lane-"))
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
         self.plan = replace(plan, solutions=(), out_dir=self.tmp / "out", cache_dir=_cache_dir(plan.cache_dir),
                             lanes=(gpu,) if plan.device == "cuda" else ("cpu",), notes=(), profile=False)
         self.plan.out_dir.mkdir(parents=True)
-        forkserver.start(repo)
         self.feed: queue.Queue = queue.Queue()
-        self.runner = Runner(self.plan, Console(quiet=True), repo, feed=self.feed)
+        self.runner = Runner(self.plan, Console(quiet=True), REPO, feed=self.feed)
         self.error: list[str] = []
         self.fed = 0
+        self.arch: str | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -154,18 +178,30 @@ class Lane:
         except BaseException as e:  # noqa: BLE001  (reported to the driver by evaluate)
             self.error.append(f"{type(e).__name__}: {e}")
 
-    def info(self) -> dict:
-        """Where this lane runs, and what a build for it must match, once its reference worker is up."""
+    def _check(self) -> None:
+        if self.error or not self.thread.is_alive():
+            why = "; ".join(self.error) or "no error reported"
+            if 0 not in self.runner.lane_info:
+                raise LaneStartError(f"lane failed to start: {why}")
+            raise RuntimeError(f"lane's run ended: {why}")
+
+    def info(self, started: bool = False) -> dict:
+        """Where this lane runs and what a build for it must match: at once where nvidia-smi gives the GPU
+        architecture (or on a CPU run), so builds and the first candidates overlap the reference's start; with
+        `started`, once the reference worker is up, with the GPU's name."""
         import ray
         import torch
 
-        while 0 not in self.runner.lane_info:
-            if self.error or not self.thread.is_alive():
-                raise RuntimeError(f"lane failed to start: {'; '.join(self.error) or 'no error reported'}")
+        from .envinfo import gpu_arch_hint
+
+        arch = gpu_arch_hint() if self.plan.device == "cuda" else None
+        while (started or (self.plan.device == "cuda" and not arch)) and 0 not in self.runner.lane_info:
+            self._check()
             time.sleep(0.02)
-        lane = self.runner.lane_info[0]
+        lane = self.runner.lane_info.get(0, {})
+        self.arch = lane.get("capability") or arch
         return {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-                "gpu": lane.get("gpu"), "arch": lane.get("capability"), "toolchain": self.runner.toolchain,
+                "gpu": lane.get("gpu"), "arch": self.arch, "toolchain": self.runner.toolchain,
                 "torch": torch.__version__}
 
     def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> list[dict]:
@@ -173,12 +209,14 @@ class Lane:
         where that build failed or its node is gone, the lane builds the candidate itself."""
         import ray
 
-        try:
-            status, blob = ray.get(build[0])
-            if status == "built":
-                unpack_build(self.plan.cache_dir, blob)
-        except Exception:  # noqa: BLE001, S110
-            pass
+        env = build_env(self.arch, self.runner.toolchain, self.tmp)
+        if memo_lookup(self.plan.cache_dir, _memo_key(source, env)) is None:  # else built here already
+            try:
+                status, blob = ray.get(build[0])
+                if status == "built":
+                    unpack_build(self.plan.cache_dir, blob)
+            except Exception:  # noqa: BLE001, S110
+                pass
         self.fed += 1
         path = self.tmp / "candidates" / str(self.fed) / f"{Path(name).name}.py"
         path.parent.mkdir(parents=True)
@@ -189,8 +227,7 @@ class Lane:
             mine = [r for r in (writer.records if writer else []) if r.solution == name]
             if len(mine) >= len(shapes):
                 return [r.to_json() for r in mine]
-            if self.error or not self.thread.is_alive():
-                raise RuntimeError(f"lane's run ended: {'; '.join(self.error) or 'no error reported'}")
+            self._check()
             time.sleep(0.02)
 
     def close(self) -> None:
@@ -231,14 +268,13 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     writer = RecordWriter(out / "results.jsonl", existing)
     todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
     items = [(name, path, path.read_text()) for name, path in plan.solutions if todo[name]]
-    actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=2)(Lane)
+    actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
     actors = [actor_cls.remote(plan) for _ in range(gpus)]
     lane_of = {a: i for i, a in enumerate(actors)}
     try:
         infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
     except Exception as e:  # noqa: BLE001
-        for a in actors:
-            ray.kill(a, no_restart=True)
+        _kill_all(ray, actors)
         raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
     _write_run_json(plan, address, infos, complete=False)
     console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
@@ -259,15 +295,25 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     waiting = list(items)
     attempts: dict[str, int] = {}
     running: dict = {}  # ref -> (actor, item)
-    idle = list(actors)
+
+    def hand(actor) -> None:
+        item = waiting.pop(0)
+        name, _, source = item
+        attempts[name] = attempts.get(name, 0) + 1
+        build = [build_for(infos[actor], name, source)]  # in a list: the lane waits for it, not Ray
+        running[actor.evaluate.remote(name, source, todo[name], build)] = (actor, item)
+
     try:
         while waiting or running:
-            while waiting and idle:
-                actor, item = idle.pop(0), waiting.pop(0)
-                name, _, source = item
-                attempts[name] = attempts.get(name, 0) + 1
-                build = [build_for(infos[actor], name, source)]  # in a list: the lane waits for it, not Ray
-                running[actor.evaluate.remote(name, source, todo[name], build)] = (actor, item)
+            held = {a: sum(x is a for x, _ in running.values()) for a in actors}
+            for a in actors:  # one each first; a second only where every lane would get one
+                if not held[a] and waiting:
+                    hand(a)
+                    held[a] = 1
+            for a in actors:
+                while held[a] < DEPTH and len(waiting) >= len(actors):
+                    hand(a)
+                    held[a] += 1
             if not running:
                 break
             [ref], _ = ray.wait(list(running), num_returns=1)
@@ -275,28 +321,38 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
             name, path, _ = item
             try:
                 recs = ray.get(ref)
+            except LaneStartError as e:
+                _kill_all(ray, actors)
+                raise RuntimeError(f"a cluster lane on {infos[actor]['node']} failed to start: {e}") from None
             except Exception as e:  # noqa: BLE001  (a lost lane re-queues; any other failure retries elsewhere)
                 lost = _lost(ray, e)
                 console.print(f"[yellow]lane on {infos[actor]['node']} {'lost' if lost else 'failed'}:[/] "
-                              f"{type(e).__name__}; {name} goes to another lane")
+                              f"{type(e).__name__}; its candidates go to another lane")
                 ray.kill(actor, no_restart=True)
                 actors.remove(actor)
-                if attempts[name] < ATTEMPTS and actors:
-                    waiting.insert(0, item)
-                else:
-                    for r in _failed_records(plan, name, path, todo[name], f"{type(e).__name__}: {e}"):
-                        writer.write(r)
+                held_items = [item] + [it for r, (x, it) in list(running.items()) if x is actor]
+                for r in [r for r, (x, _) in running.items() if x is actor]:
+                    del running[r]
+                for it in reversed(held_items):
+                    n, p, _ = it
+                    if attempts[n] < ATTEMPTS and actors:
+                        waiting.insert(0, it)
+                    else:
+                        for rec in _failed_records(plan, n, p, todo[n], f"{type(e).__name__}: {e}"):
+                            writer.write(rec)
                 if not actors and waiting:
                     for n, p, _ in waiting:
-                        for r in _failed_records(plan, n, p, todo[n], "every lane was lost"):
-                            writer.write(r)
+                        for rec in _failed_records(plan, n, p, todo[n], "every lane was lost"):
+                            writer.write(rec)
                     waiting.clear()
                 continue
             where = infos[actor]
             for d in recs:
                 d.update(solution_path=str(path), node=where["node"], lane=lane_of[actor])
                 writer.write(Record.from_json(d))
-            idle.append(actor)
+        for a in actors:  # with the GPU's name, now that each reference is up
+            with contextlib.suppress(Exception):
+                infos[a] = ray.get(a.info.remote(started=True), timeout=60)
     finally:
         for a in actors:
             try:
@@ -311,6 +367,11 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     report.write_files(records, out, note)
     report.print_table(records, console, f"{plan.problem.name}: {len(records)} records", note)
     return records
+
+
+def _kill_all(ray, actors: list) -> None:
+    for a in actors:
+        ray.kill(a, no_restart=True)
 
 
 def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:

@@ -13,7 +13,7 @@ from ..protocol import OVERWRITTEN
 from ..seeds import derive
 from ..settings import Shape
 from ..stats import Round, quantile, summarize
-from . import verdict
+from . import static_checks, verdict
 from .builds import BuildResult, Candidate
 from .compare import compare_outputs, fingerprint_matches, read_output_file, same_as
 from .evidence import CheckOutcome, Evidence, TimedVerification
@@ -26,7 +26,7 @@ from .reference import RefTiming
 JUDGE_ROUNDS = 20
 POISON_BYTES = 4 * 2**30
 STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
-          "graph": "CUDA graph capture", "load": "import", "log": "worker"}
+          "graph": "CUDA graph capture", "load": "import", "log": "worker", "kernels": "forward under the profiler"}
 
 
 class CandidateFailure(Exception):
@@ -54,6 +54,10 @@ class CandidateEvaluation:
         self.log = lane.log_dir / f"{safe_name(cand.name)}.log"
         self.token = secrets.token_hex(6)
         self.tol_for = self.plan.config.check.tolerance_for
+        self.kernels = static_checks.defined_kernels(cand.source, cand.path.parent) if self.plan.device == "cuda" \
+            else frozenset()
+        self.own_kernels: bool | None = None
+        self.probed = False
 
     # -- worker plumbing -------------------------------------------------------------------
     def _ask(self, cmd: str, deadline: float, **args) -> dict:
@@ -129,6 +133,7 @@ class CandidateEvaluation:
                     ev.failure = ("runtime_error", str(e))
                 if e.cuda_error or e.bad_output == "no_modelnew":
                     self.close(kill=True)
+        ev.own_kernels = self.own_kernels
         ev.patched = set(self.patched)
         ev.tampered = self.lane.tamper.tampered_by(self.cand.name)
         profile = {"eval_seconds": round(time.monotonic() - t0, 3),
@@ -288,6 +293,22 @@ class CandidateEvaluation:
         if plan.device == "cuda" and plan.config.timing.graph:
             with seconds_into(self.stages, "graph"):
                 self._graph(shape, ev, projection, tols, deadline)
+        if self.kernels and not self.probed:
+            with seconds_into(self.stages, "kernels"):
+                self._probe_kernels(shape, deadline)
+
+    def _probe_kernels(self, shape: Shape, deadline: float) -> None:
+        """Whether one forward launches a kernel the candidate defines, as the GPU profiler names its launches;
+        once a candidate, after its first shape's timings. Its worker then goes: no later timing runs in a
+        process the profiler has attached to. A probe that fails or sees no kernel at all decides nothing."""
+        self.probed = True
+        try:
+            names = self._ask("kernels", deadline, seed=derive(self.plan.post_seed(shape.name), "kernels"))["kernels"]
+        except (CandidateFailure, WorkerGone):
+            names = None
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+            self.own_kernels = static_checks.launched_own_kernel(self.kernels, names)
+        self.close(kill=True)
 
     def _judge_clock(self, shape: Shape, ev: Evidence, base: int, projection: bool, tols, deadline: float,
                      freeze: bool = False) -> tuple[float, float, dict] | None:

@@ -67,6 +67,7 @@ class Evidence:
     judge_clock: dict | None = None  # the fastest call and no-op round trips of both workers (us)
     graph: Measurement | None = None
     graph_message: str | None = None
+    own_kernels: bool | None = None  # whether a forward launched a kernel the candidate defines (GPU profiler)
     min_bytes: int = 0
     cache_bytes: int = 0  # the device's last-level cache
     copy_gbps: float | None = None  # a copy of the shape's minimum bytes, timed as the candidate is

@@ -27,6 +27,8 @@ NON_COMPUTE = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "o
 CUDA_STREAM_RE = re.compile(r"\b(cudaStreamCreate\w*|getStreamFromPool|cuStreamCreate\w*)\b")
 CUDA_THREAD_RE = re.compile(r"\b(std::thread|pthread_create|std::async|std::jthread)\b")
 C_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+LAUNCH_BOUNDS_RE = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+GLOBAL_NAME_RE = re.compile(r"__global__\s[^(;{]*?(\w+)\s*\(")
 
 WARNINGS = {"torch_compute_in_forward"}
 
@@ -49,6 +51,7 @@ class _Analyzer(ast.NodeVisitor):
         self.protected = PROTECTED_ROOTS | problem_names
         self.findings: list[Finding] = []
         self.ext_names: set[str] = set()
+        self.kernels: set[str] = set()
         self.backends: set[str] = set()
         self.tree = ast.parse(source)
         self.doc_ids = {id(n.body[0].value) for n in ast.walk(self.tree)  # docstrings are prose, never code
@@ -136,6 +139,7 @@ class _Analyzer(ast.NodeVisitor):
                 if path in decorators:  # a kernel, or a factory of one: calls of it launch candidate code
                     self.backends.add(backend)
                     self.ext_names.add(node.name)
+                    self.kernels.add(node.name)
         if isinstance(node, ast.FunctionDef) and node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("tensor_subclass", node, f"defines {node.name}")
         for b in node.bases if isinstance(node, ast.ClassDef) else []:
@@ -164,6 +168,7 @@ class _Analyzer(ast.NodeVisitor):
         code = C_COMMENT_RE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
         if "__global__" in code:
             self.backends.add("cuda")
+            self.kernels.update(GLOBAL_NAME_RE.findall(LAUNCH_BOUNDS_RE.sub(" ", code)))
         for rx, rule in ((CUDA_STREAM_RE, "side_stream"), (CUDA_THREAD_RE, "threads")):
             for m in rx.finditer(code):
                 self.findings.append(Finding(rule, line + code.count("\n", 0, m.start()),
@@ -227,3 +232,20 @@ def analyze(source: str, device: str, base_dir: Path | None = None,
         a.forward_findings()
     unique = {(f.line, f.rule): f for f in reversed(a.findings)}  # the first finding of a rule on a line wins
     return sorted(unique.values(), key=lambda f: (f.line, f.rule))
+
+
+def defined_kernels(source: str, base_dir: Path | None = None) -> frozenset[str]:
+    """Names of the kernels a candidate defines: __global__ functions in its native sources and functions a
+    kernel DSL's decorator makes kernels. What the GPU profiler names a launch of one contains its name."""
+    try:
+        a = _Analyzer(source, base_dir, set())
+    except SyntaxError:
+        return frozenset()
+    a.visit(a.tree)
+    return frozenset(a.kernels)
+
+
+def launched_own_kernel(defined: frozenset[str], launched: list[str]) -> bool:
+    """Whether any launched kernel's name holds a defined kernel's name as a whole identifier (a C++ name
+    demangled with its namespace, template arguments and parameters; a Triton kernel by its function's name)."""
+    return any(defined & set(re.findall(r"\w+", name)) for name in launched)

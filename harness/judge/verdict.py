@@ -26,7 +26,10 @@ INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "misma
 INFO = {
     "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
     "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
+    "own_kernel_not_launched": "a forward under the GPU profiler launched none of the kernels the source defines",
 }
+RUNTIME_DECIDED = "torch_compute_in_forward"
+"""The static warning that the launched kernels replace where the GPU profiler saw them."""
 
 # Thresholds, each with its reason.
 LAUNCH_BOUND_RATIO = 1.5          # issue spec: within 1.5x of the empty launch
@@ -133,13 +136,16 @@ def info_flags(e: Evidence) -> list[str]:
         return []
     launch_bound = bool(e.floor_launch_us) and e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us
     not_graph_safe = e.graph is None and bool(e.graph_message)
-    return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe)) if on]
+    return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe),
+                            ("own_kernel_not_launched", e.own_kernels is False)) if on]
 
 
 def decide(e: Evidence) -> Decision:
     off = e.static_policy == "off"
     static = [] if off else [f"static:{r}" for r in e.static_errors]
-    flags = static + ([] if off else [f"static:{r}" for r in e.static_warnings])
+    # where the kernels a forward launched are known, they decide whether its own kernel ran, not the text
+    warnings = [w for w in e.static_warnings if e.own_kernels is None or not w.startswith(RUNTIME_DECIDED)]
+    flags = static + ([] if off else [f"static:{r}" for r in warnings])
     build_failure = {"compile_error": "compile_error", "build_timeout": "timeout"}
     if e.failure and e.failure[0] in build_failure:
         return Decision(build_failure[e.failure[0]], tuple(flags), e.failure[1])

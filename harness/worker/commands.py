@@ -326,5 +326,20 @@ class Worker(TimedCommands):
             result.append([self.tensor_fps(outs), projs, ins])
         return {"fingerprints": result}
 
+    def cmd_kernels(self, frames, seed: int) -> dict:
+        """The GPU kernels one forward launches, by the names the profiler gives them: evidence for the flag on
+        a candidate whose own kernels never run (torch doing the work)."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = self.inputs(seed)
+        self.sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            out = self.model(*inputs)
+            self.sync()
+        del out
+        names = sorted({e.name for e in prof.events() if e.device_type == DeviceType.CUDA})
+        return {"kernels": [n[:300] for n in names[:500]]}
+
     def cmd_ping(self, frames) -> dict:
         return {}

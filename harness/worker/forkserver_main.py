@@ -7,6 +7,7 @@ import gc
 import importlib
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -76,6 +77,7 @@ def serve(fd: int) -> None:
     ctrl.send(json.dumps({"ready": True, "import_s": round(time.monotonic() - t0, 3),
                           "cuda_loaded": cuda_loaded(),
                           "threads": len(os.listdir("/proc/self/task"))}).encode())
+    children: set[int] = set()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(ctrl, 1 << 20, 2)
@@ -94,16 +96,31 @@ def serve(fd: int) -> None:
                 pid = os.fork()
                 if pid == 0:
                     _child(ctrl, fds, msg)
+                children.add(pid)
                 reply = {"pid": pid}
         elif msg["op"] == "poll":
             try:
                 done, status = os.waitpid(msg["pid"], os.WNOHANG)
                 reply = {"code": os.waitstatus_to_exitcode(status) if done else None}
+                if done:
+                    children.discard(msg["pid"])
             except ChildProcessError:
+                children.discard(msg["pid"])
                 reply = {"lost": True}
         for f in fds:
             os.close(f)
         ctrl.send(json.dumps(reply).encode())
+    _end(children)
+
+
+def _end(children: set[int]) -> None:
+    """The judge's socket closed: the judge is gone (a normal stop kills this server first). Nothing else would
+    stop the workers it left, a stopped one (frozen while the reference is timed) least of all, nor free their
+    GPU memory: each one's process group is killed. Unreaped, none of these pids can name another process."""
+    for pid in children:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):
+                kill(pid, signal.SIGKILL)
     os._exit(0)
 
 
