@@ -300,12 +300,15 @@ class CandidateEvaluation:
     def _probe_kernels(self, shape: Shape, deadline: float) -> None:
         """Whether one forward launches a kernel the candidate defines, as the GPU profiler names its launches;
         once a candidate, after its first shape's timings. Its worker then goes: no later timing runs in a
-        process the profiler has attached to. A probe that fails or sees no kernel at all decides nothing."""
+        process the profiler has attached to. What the watch reports of this call is set aside with that process
+        (nothing measured runs there after it), as is a probe that fails or sees no kernel at all."""
         self.probed = True
+        patched = set(self.patched)
         try:
-            names = self._ask("kernels", deadline, seed=derive(self.plan.post_seed(shape.name), "kernels"))["kernels"]
+            names = self._ask("kernels", deadline, seed=derive(self.plan.post_seed(shape.name), "kernels")).get("kernels")
         except (CandidateFailure, WorkerGone):
             names = None
+        self.patched = patched
         if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
             self.own_kernels = static_checks.launched_own_kernel(self.kernels, names)
         self.close(kill=True)
