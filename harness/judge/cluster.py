@@ -6,8 +6,8 @@ and every verdict is decided there by the same code as a local run's, the candid
 worker processes that actor starts. Reference and candidate are timed on that actor's GPU, so no speedup compares
 times across GPU models. Builds are Ray tasks on CPUs, keyed by content (the build cache's own keys cover source,
 GPU architecture, compilers, torch and Python); the extensions a build made travel through the object store to
-any lane whose environment has the same key. The driver hands out one candidate at a time to whichever lane is
-idle, re-queues the candidates a lost lane held, and writes every record once, with the node and GPU it ran on.
+any lane whose environment has the same key. The driver hands each lane up to DEPTH candidates, re-queues the
+candidates a lost lane held, and writes every record once, with the node and GPU it ran on.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ def build_task(plan: Plan, name: str, source: str, arch: str | None, toolchain: 
 
 
 def _memo_key(source: str, env: dict[str, str]) -> str:
+    """The key builds.run_build files a build of `source` under, with env."""
     return build_memo_key(hashlib.sha256(source.encode()).hexdigest(), worker_env(REPO, env))
 
 
@@ -330,9 +331,7 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
                               f"{type(e).__name__}; its candidates go to another lane")
                 ray.kill(actor, no_restart=True)
                 actors.remove(actor)
-                held_items = [item] + [it for r, (x, it) in list(running.items()) if x is actor]
-                for r in [r for r, (x, _) in running.items() if x is actor]:
-                    del running[r]
+                held_items = [item] + [running.pop(r)[1] for r in [r for r, (x, _) in running.items() if x is actor]]
                 for it in reversed(held_items):
                     n, p, _ = it
                     if attempts[n] < ATTEMPTS and actors:
