@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session on the GPU machine, from the repo root; each step's log lands in $OUT.
 #   DEADLINE=570 bash bench/gpu_session.sh info bundled tests throughput stability runs
+#   DEADLINE=560 bash bench/gpu_session.sh info acceptance     (the acceptance gate: fresh HOME and caches)
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past DEADLINE
 # seconds after the start (a device command may run 600 s). `bundled` runs the bundled config, which the GPU
 # tests then reuse; THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS and DRAWS_ARGS pass arguments on.
@@ -38,6 +39,13 @@ for step in "$@"; do
       timeout "$t" $PY bench/suite.py ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1 ;;
     draws)
       timeout "$t" $PY bench/draws.py ${DRAWS_ARGS:-cost} > "$OUT/draws.log" 2>&1 ;;
+    acceptance)
+      timeout "$t" $PY bench/acceptance.py --deadline $(( t - 10 )) --out /tmp/kbh-acceptance ${ACCEPTANCE_ARGS:-} \
+        > "$OUT/acceptance.log" 2>&1
+      rc=$?
+      tail -1 "$OUT/acceptance.log" | tee -a "$OUT/session.log"
+      tar czf "$OUT/acceptance.tgz" --exclude='*.bin' --exclude='*.so' --exclude='*.o' -C /tmp kbh-acceptance 2>/dev/null
+      (exit $rc) ;;
     runs)
       tar czf "$OUT/runs.tgz" --exclude='*.bin' results 2>/dev/null ;;
     *) echo "unknown step $step" >> "$OUT/session.log" ;;

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from harness.judge.evidence import CheckOutcome, Comparison, Evidence, TimedVerification
-from harness.judge.verdict import TIMER_BOUND, decide
+from harness.judge.verdict import TIMER_BOUND, decide, host_timing_suspect
 from harness.stats import summarize
 
 OK = Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
@@ -51,7 +51,7 @@ def test_each_integrity_observation_rejects_with_its_flag():
         "patched_runtime": dict(patched={"time.perf_counter"}),
         "not_plain_tensor": dict(bad_output=("not_plain_tensor", "forward returned Proxy")),
         "timed_output_mismatch": dict(timed=[TimedVerification(0, 1, ok=True), TimedVerification(1, 2, ok=False)]),
-        "work_outside_timing": dict(host_gap_us=500.0),
+        "work_outside_timing": dict(host_gap_us=500.0, host_recheck=(480.0, False)),
         "timer_mismatch": dict(judge_call_us=2000.0),
         "faster_than_memory": dict(min_bytes=2 * 10**9),
         "tampered_files": dict(tampered=["harness/timing.py"]),
@@ -61,6 +61,23 @@ def test_each_integrity_observation_rejects_with_its_flag():
         assert d.status == "rejected", flag
         assert flag in d.flags, (flag, d.flags)
         assert d.message.startswith(flag)
+
+
+def test_host_timing_alone_never_rejects():
+    """A host wait past the last event, or events spanning more than the host saw, only calls for a re-measure
+    with builds paused: what that re-measure does not show is no flag, what it shows rejects."""
+    for kw in (dict(host_gap_us=500.0), dict(host_gap_us=500.0, host_recheck=(20.0, False)),
+               dict(device_exceeds_host=True, host_recheck=(15.0, False))):
+        assert host_timing_suspect(honest(**kw)) and decide(honest(**kw)).status == "correct", kw
+    assert not host_timing_suspect(honest())
+    d = decide(honest(device_exceeds_host=True, host_recheck=(15.0, True)))
+    assert d.status == "rejected" and "timer_mismatch" in d.flags
+
+
+def test_a_fault_of_the_harness_is_its_own_status_unless_integrity_already_rejects():
+    d = decide(honest(harness_error="verify: KeyError: 3"))
+    assert d.status == "harness_error" and "KeyError" in d.message
+    assert decide(honest(harness_error="verify: KeyError: 3", patched={"time.time"})).status == "rejected"
 
 
 def test_check_observations_reject():
@@ -86,9 +103,10 @@ def test_faster_than_memory_needs_bytes_beyond_the_cache():
 
 
 def test_host_gap_limit_scales_with_call_time():
-    assert decide(honest(median=1000.0, judge_call_us=1000.0, host_gap_us=200.0)).status == "correct"
-    assert decide(honest(median=1000.0, judge_call_us=1000.0, host_gap_us=400.0)).status == "rejected"
-    assert decide(honest(device="cpu", host_gap_us=10_000.0)).status == "correct"
+    confirmed = dict(median=1000.0, judge_call_us=1000.0, host_recheck=(400.0, False))
+    assert decide(honest(host_gap_us=200.0, **confirmed)).status == "correct"
+    assert decide(honest(host_gap_us=400.0, **confirmed)).status == "rejected"
+    assert decide(honest(device="cpu", host_gap_us=10_000.0, host_recheck=(10_000.0, False))).status == "correct"
 
 
 def test_wrong_output_is_incorrect_with_seed_and_kind():

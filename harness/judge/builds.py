@@ -112,8 +112,18 @@ def build_nice(order: int) -> int:
     return min(19, 1 + order)
 
 
-def build_env(arch: str | None, toolchain: str, tmp: Path) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, "TMPDIR": str(tmp),
+def candidate_env(scratch: Path) -> dict[str, str]:
+    """Where processes that run candidate code (builds, workers) keep temporary files and the caches Triton,
+    inductor and the CUDA driver write: under the run's scratch, inside the write sandbox. Their defaults
+    (~/.triton, ~/.nv, a shared /tmp) lie outside it on a machine where the repo is under the home folder."""
+    home = scratch / "home"
+    return {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(home),
+            "TRITON_CACHE_DIR": str(home / ".triton" / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
+            "CUDA_CACHE_PATH": str(home / ".nv" / "ComputeCache")}
+
+
+def build_env(arch: str | None, toolchain: str, scratch: Path) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **candidate_env(scratch),
             **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
 
 

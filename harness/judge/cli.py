@@ -1,4 +1,5 @@
-"""Command line: parse, resolve the plan, run; exit 0 (ran), 1 (--strict, not all correct), 2 (bad input)."""
+"""Command line: parse, resolve the plan, run; exit 0 (ran), 1 (--strict, not all correct), 2 (bad input), 3 (a
+record is harness_error: a fault of the harness's own)."""
 
 import argparse
 import json
@@ -147,6 +148,19 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
                 else None, baseline_out=Path(getattr(args, "baseline_out", None) or out_dir / "baseline.json"))
 
 
+HARNESS_ERROR_EXIT = 3
+
+
+def exit_code(records, strict: bool) -> int:
+    """3 when a record is harness_error (the harness failed, not the candidate), else 1 with --strict when a
+    record is not correct, else 0."""
+    if any(r.status == "harness_error" for r in records):
+        sys.stderr.write("run_eval.py: a fault of the harness's own left records with status harness_error "
+                         "(tracebacks in the candidates' logs)\n")
+        return HARNESS_ERROR_EXIT
+    return 1 if strict and any(r.status != "correct" for r in records) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Workers and builds are forks of one fork server, started first so its imports overlap the judge's;
     --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
@@ -163,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 if args.cluster:
                     raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
-                records = run_suite(args, console, REPO_ROOT, make_plan)
-                return 1 if args.strict and any(r.status != "correct" for r in records) else 0
+                return exit_code(run_suite(args, console, REPO_ROOT, make_plan), args.strict)
             if args.solutions or args.suite:
                 raise UsageError("--solutions and --suite go with --problems (for one problem: --solution FILE)")
             plan = make_plan(args, console)
@@ -192,6 +205,6 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"run_eval.py: error: {e}\n")
             return 1
         console.print(f"results: {plan.out_dir}")
-        return 1 if args.strict and any(r.status != "correct" for r in records) else 0
+        return exit_code(records, args.strict)
     finally:
         forkserver.stop()

@@ -140,7 +140,7 @@ def build_task(plan: Plan, name: str, source: str, arch: str | None, toolchain: 
         path.write_text(source)
         cand = snapshot_candidate(path, name, Path(tmp) / "copy")
         (Path(tmp) / "tmp").mkdir()
-        env = build_env(arch, toolchain, Path(tmp) / "tmp")
+        env = build_env(arch, toolchain, Path(tmp))
         result = run_build(cand, repo_root=REPO, cache_dir=cache_dir, env=env, timeout_s=plan.config.build.timeout_s,
                            log_path=Path(tmp) / "build.log", scratch=Path(tmp), cores=None)
         return result.status, pack_build(cache_dir, _memo_key(source, env)) if result.status == "built" else None

@@ -50,6 +50,7 @@ class Evidence:
     static_warnings: list[str] = field(default_factory=list)
     static_policy: str = "strict"
     failure: tuple[str, str] | None = None
+    harness_error: str | None = None  # the step and exception of a fault of the harness's own
     bad_output: tuple[str, str] | None = None
     reference_error: str | None = None
     patched: set[str] = field(default_factory=set)
@@ -58,6 +59,7 @@ class Evidence:
     rounds: list[Round] = field(default_factory=list)
     host_gap_us: float | None = None
     device_exceeds_host: bool = False
+    host_recheck: tuple[float, bool] | None = None  # the same two signals, re-measured with builds paused
     timing_thread_growth: bool = False
     timing_py_threads: list[str] = field(default_factory=list)
     timed: list[TimedVerification] = field(default_factory=list)

@@ -82,12 +82,13 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
 
 
 def unrun_records(plan, cand: Candidate, shapes: list[Shape], static: tuple[list[str], list[str]],
-                  build: BuildResult | None, device_name: str) -> list[Record]:
-    """Records for a candidate that never runs: rejected by static checks, or failed to build."""
+                  build: BuildResult | None, device_name: str, fault: str | None = None) -> list[Record]:
+    """Records for a candidate that never runs: rejected by static checks, failed to build, or (fault) left
+    without a record by a fault of the harness's own."""
     out = []
     for shape in shapes:
         ev = Evidence(device=plan.device, static_policy=plan.static_policy, static_errors=static[0],
-                      static_warnings=static[1])
+                      static_warnings=static[1], harness_error=fault)
         if build is not None and build.status in ("compile_error", "timeout"):
             ev.failure = ("build_timeout" if build.status == "timeout" else "compile_error", build.message)
         d = verdict.decide(ev)

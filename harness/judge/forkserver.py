@@ -17,8 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN",
-                       "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "KBH_PCH", "TMPDIR"})
+LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
+                       "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "KBH_PCH", "TMPDIR"})
 """The lane's keys, which a worker's `init` applies after it starts, and a build's, read when it compiles;
 TMPDIR, which a fork re-reads (`tempfile.tempdir` reset)."""
 
@@ -172,9 +172,9 @@ _CURRENT: list[ForkServer] = []
 
 
 def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A worker's starting environment: the judge's and extra, the repo on PYTHONPATH, unbuffered output, the
-    cuBLAS workspace that deterministic draws need (problem.deterministic_draw), WORKER_HASH_SEED."""
-    return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", **os.environ, **(extra or {}), "PYTHONUNBUFFERED": "1",
+    """A worker's starting environment: the judge's and extra, the repo on PYTHONPATH, unbuffered output,
+    WORKER_HASH_SEED. Nothing else that changes timing: candidates and references run as users run them."""
+    return {**os.environ, **(extra or {}), "PYTHONUNBUFFERED": "1",
             "PYTHONHASHSEED": WORKER_HASH_SEED,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
 

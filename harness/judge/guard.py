@@ -17,13 +17,21 @@ KEPT_DIR = "times"
 RESULT_FILES = {"results.jsonl", "run.json", "summary.csv", "summary.md", "summary.json"}
 
 
-def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path) -> tuple[dict | None, str]:
-    """What processes that run candidate code may not write (the repo, the results), what they may inside it (the
-    build cache), for `harness.sandbox.restrict`; None where the kernel has no Landlock. And a line for run.json."""
+def reference_cache(cache_dir: Path) -> Path:
+    """The reference worker's Triton, inductor and CUDA caches: beside the build cache, kept between runs, and
+    never writable to candidate code (a planted entry would change the compiled reference it is timed against)."""
+    return cache_dir.with_name(cache_dir.name + "-reference")
+
+
+def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path) -> tuple[dict | None, str]:
+    """What processes that run candidate code may not write (the repo, the results, the reference's caches), what
+    they may (the build cache, the run's scratch), for `harness.sandbox.restrict`; None where the kernel has no
+    Landlock. And a line for run.json."""
     abi = sandbox.abi_version()
     if abi < 1:
         return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
-    return {"protect": [str(repo_root), str(out_dir)], "allow": [str(cache_dir)]}, f"landlock ABI {abi}"
+    return ({"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],
+             "allow": [str(cache_dir), str(scratch)]}, f"landlock ABI {abi}")
 
 
 class TreeGuard:

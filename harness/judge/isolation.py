@@ -37,7 +37,8 @@ class Identity:
         """Everything a worker or its tools would otherwise write under the judge's home or a shared /tmp."""
         h, name = str(self.home), f"kbh{self.uid}"
         return {"HOME": h, "TMPDIR": h, "USER": name, "LOGNAME": name, "XDG_CACHE_HOME": f"{h}/.cache",
-                "TRITON_CACHE_DIR": f"{h}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{h}/inductor",
+                "TRITON_HOME": h, "TRITON_CACHE_DIR": f"{h}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{h}/inductor",
+                "CUDA_CACHE_PATH": f"{h}/.nv",
                 "KBH_STAGING": str(self.staging)}
 
     def popen(self) -> dict:

@@ -5,12 +5,14 @@ import contextlib
 import math
 import queue
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import isolation
-from .evaluate import POISON_BYTES, CandidateEvaluation
+from .evaluate import POISON_BYTES, CandidateEvaluation, safe_name
+from .figures import unrun_records
 from .guard import TamperWatch
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
@@ -130,28 +132,64 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
 def run_lane(ctx: LaneContext, spares: SparePool, work: queue.Queue, todo: dict, static: dict, writer,
              progress: Callable[[str, int], None]) -> None:
     """The reference's work on this lane (outputs on lane 0, timings and floors per shape), then candidates from
-    the queue until it yields None, each shape's record written as it is decided."""
+    the queue until it yields None, each shape's record written as it is decided. A fault of the harness's own
+    becomes that candidate and shape's `harness_error` record (its traceback in the candidate's log, or the
+    reference's), and the lane goes on; a fault in the reference's work gives every candidate such records."""
     plan, ref = ctx.plan, ctx.ref
+    fault = None
     try:
-        ref.turn.open_to_spares(False)
-        for shape in plan.shapes:
-            if ctx.index == 0:
-                ctx.store.put(ref.outputs(shape))
-            ref_shape = ctx.store.get(shape.name)
-            if ref_shape.error is None:
-                ctx.timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
-            progress("reference", 1)
-        spares.prime()
+        try:
+            ref.turn.open_to_spares(False)
+            for shape in plan.shapes:
+                if ctx.index == 0:
+                    ctx.store.put(ref.outputs(shape))
+                ref_shape = ctx.store.get(shape.name)
+                if ref_shape.error is None:
+                    ctx.timings[shape.name] = ref.timings(shape, plan.device, ref_shape.min_bytes)
+                progress("reference", 1)
+            spares.prime()
+        except Exception as e:
+            fault = f"the reference's work on lane {ctx.index}: {type(e).__name__}: {e}"
+            _log_fault(ctx.log_dir / f"reference.lane{ctx.index}.log", fault)
         ref.turn.open_to_spares(True)
         ctx.profile.mark(f"lane{ctx.index}_reference_done")
         while (item := work.get()) is not None:
             cand, build = item
             ctx.profile.mark(f"lane{ctx.index}_first_candidate", once=True)
-            ev = CandidateEvaluation(ctx, cand, build, spares, static[cand.name])
-            with ctx.tamper.evaluation(cand.name), contextlib.closing(ev):
-                for shape in todo[cand.name]:
-                    writer.write(ev.evaluate_shape(shape))
+            left = list(todo[cand.name])
+            try:
+                if fault:
+                    raise LaneFault(fault)
+                ev = CandidateEvaluation(ctx, cand, build, spares, static[cand.name])
+                with ctx.tamper.evaluation(cand.name), contextlib.closing(ev):
+                    while left:
+                        try:
+                            record = ev.evaluate_shape(left[0])
+                        except Exception as e:
+                            ev.close(kill=True)
+                            record = _fault_record(ctx, cand, left[0], static, e)
+                        writer.write(record)
+                        left.pop(0)
+                        progress("evaluate", 1)
+            except Exception as e:
+                for shape in left:
+                    writer.write(_fault_record(ctx, cand, shape, static, e))
                     progress("evaluate", 1)
     finally:
         ref.turn.open_to_spares(True)  # no spare is left waiting for a window while it is closed
         spares.close()
+
+
+class LaneFault(Exception):
+    """The lane's reference work failed: its candidates get harness_error records."""
+
+
+def _log_fault(path: Path, what: str) -> None:
+    with contextlib.suppress(OSError), open(path, "a") as f:
+        f.write(f"\n[judge] harness error: {what}\n{traceback.format_exc()}")
+
+
+def _fault_record(ctx: LaneContext, cand, shape, static: dict, e: Exception):
+    what = str(e) if isinstance(e, LaneFault) else f"{type(e).__name__}: {e}"
+    _log_fault(ctx.log_dir / f"{safe_name(cand.name)}.log", what)
+    return unrun_records(ctx.plan, cand, [shape], static[cand.name], None, ctx.device_name, fault=what)[0]

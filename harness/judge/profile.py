@@ -22,11 +22,27 @@ class Profile:
             self.timeline[event] = self.now()
 
 
-@contextlib.contextmanager
-def seconds_into(seconds: dict[str, float], name: str):
-    """Add the block's wall seconds to seconds[name]."""
-    t0 = time.monotonic()
-    try:
-        yield
-    finally:
-        seconds[name] = seconds.get(name, 0.0) + time.monotonic() - t0
+class Stages(dict):
+    """Wall seconds by stage, each second counted once, in the innermost stage open: stages nest (a step, the
+    worker start or reference rounds inside it) and still add up to the record's wall time."""
+
+    def __init__(self):
+        super().__init__()
+        self._open: list[list] = []  # [name, since]
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        now = time.monotonic()
+        if self._open:
+            self._add(*self._open[-1], now)
+        self._open.append([name, now])
+        try:
+            yield
+        finally:
+            end = time.monotonic()
+            self._add(*self._open.pop(), end)
+            if self._open:
+                self._open[-1][1] = end
+
+    def _add(self, name: str, since: float, now: float) -> None:
+        self[name] = self.get(name, 0.0) + now - since

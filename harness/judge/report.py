@@ -14,7 +14,7 @@ FAST_P = (0.0, 0.5, 1.0, 1.5, 2.0)
 TIMING_COLUMNS = ("time_us", "runs", "iqr_us", "gpu_time_us", "ref_time_us", "ref_compile_time_us",
                   "bandwidth_gbps", "bandwidth_frac", "copy_ratio")
 STATUS_STYLE = {"correct": "green", "incorrect": "red", "rejected": "bold red", "compile_error": "yellow",
-                "runtime_error": "yellow", "timeout": "magenta"}
+                "runtime_error": "yellow", "timeout": "magenta", "harness_error": "bold magenta"}
 
 
 def _fmt(x: float | None, spec: str, unit: str = "") -> str:

@@ -19,11 +19,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..cachekeys import toolchain_id
 from ..stats import Measurement
 from . import baseline, forkserver, isolation, lanes, report, static_checks
-from .builds import BuildPool, BuildResult, HeaderBuild, build_env, build_nice, run_build, snapshot_candidate
+from .builds import (
+    BuildPool,
+    BuildResult,
+    HeaderBuild,
+    build_env,
+    build_nice,
+    candidate_env,
+    run_build,
+    snapshot_candidate,
+)
 from .envinfo import gpu_arch_hint, host_info
 from .evaluate import safe_name
 from .figures import unrun_records
-from .guard import TamperWatch, TreeGuard, write_sandbox
+from .guard import TamperWatch, TreeGuard, reference_cache, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
@@ -74,7 +83,7 @@ class Runner:
             if plan.isolate:
                 isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
             self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(self.src_dir,))
-            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir)
+            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir, self.scratch)
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
@@ -153,7 +162,7 @@ class Runner:
             arch = gpu_arch_hint() if plan.device == "cuda" else None
             try:
                 if arch or plan.device != "cuda":
-                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch / "tmp"))
+                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.profile.mark("references_started")
                 if plan.device == "cuda":
@@ -162,7 +171,7 @@ class Runner:
                         raise RuntimeError(f"nvidia-smi reports compute capability {hint} for every GPU, but torch "
                                            f"reports {arch} on lane 0: the builds target the wrong GPU")
                     if not hint:
-                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch / "tmp"))
+                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch))
                 self._write_run_json(arch)
                 if not plan.build_only:
                     threads = self._start_lanes(refs, arch, work)
@@ -191,6 +200,8 @@ class Runner:
                 pool.shutdown()
                 if self.pch is not None:
                     self.pch.stop()
+        if not (plan.build_only or plan.reference_only):
+            self._write_missing()
         self._write_run_json(arch, final=True)
         if plan.reference_only:
             self._write_baseline()
@@ -258,8 +269,19 @@ class Runner:
             self.writer.write(r)
         self.advance("evaluate", len(self.todo[c.name]))
 
+    def _write_missing(self) -> None:
+        """A harness_error record for every candidate and shape that has none once the lanes are done (a lane
+        that died): every candidate x shape of a run gets a record."""
+        have = {(r.solution, r.shape) for r in self.writer.records}
+        for c in self.cands:
+            shapes = [s for s in self.todo[c.name] if (c.name, s.name) not in have]
+            if shapes:
+                fault = "no record was written: its evaluation lane ended early (see the lane's log)"
+                for r in unrun_records(self.plan, c, shapes, self.static[c.name], None, self._device_name(), fault):
+                    self.writer.write(r)
+
     def _lane_env(self, i: int) -> dict:
-        env = {"KBH_TOOLCHAIN": self.toolchain, "TMPDIR": str(self.scratch / "tmp")}
+        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.scratch)}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
     def _lane_log(self, kind: str, lane: int) -> Path:
@@ -269,8 +291,9 @@ class Runner:
         """Each lane's reference worker, started and initialized in parallel; lanes on one device share its turn."""
         plan = self.plan
         turns = {dev: DeviceTurn(pause_builds=self.build_cores is None) for dev in set(plan.lanes)}
-        caches = {"TORCHINDUCTOR_CACHE_DIR": str(plan.cache_dir / "inductor"),
-                  "TRITON_CACHE_DIR": str(plan.cache_dir / "triton")}
+        ref = reference_cache(plan.cache_dir)
+        caches = {"TRITON_HOME": str(ref), "TRITON_CACHE_DIR": str(ref / "triton"),
+                  "TORCHINDUCTOR_CACHE_DIR": str(ref / "inductor"), "CUDA_CACHE_PATH": str(ref / "nv")}
         envs = [self._lane_env(i) | caches for i in range(len(plan.lanes))]
         refs = [ReferenceRunner(WorkerHandle(repo_root=self.repo_root, env=envs[i], cwd=self.scratch, trusted=True,
                                              log_path=self._lane_log("reference", i)),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..stats import quantile
 from .evidence import Comparison, Evidence
 
-STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected")
+STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected", "harness_error")
 
 REJECTING = {
     "patched_runtime": "replaced a function of torch, time, builtins or the harness at run time",
@@ -97,13 +97,7 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
         flags["input_mutated"] = "inputs differ after a timed call"
     t = e.timing
     if t is not None:
-        if e.empty_gap_us is not None and e.device == "cuda" and e.host_gap_us is not None:
-            limit = e.empty_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * t.median_us
-            if e.host_gap_us > limit:
-                flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event "
-                                                f"(limit {limit:.0f} us): device work the events did not see")
-        if e.device_exceeds_host:
-            flags["timer_mismatch"] = "event time exceeds the host time around the same calls"
+        flags.update(host_timing_flags(e))
         if timer_contradicts(e):
             what, reported = _reported(e)
             flags["timer_mismatch"] = (f"reported {reported:.1f} us ({what}), the judge's clock saw "
@@ -114,6 +108,35 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
                                            f"{e.copy_gbps:.0f} GB/s")
     if e.tampered:
         flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
+    return flags
+
+
+def _host_gap_limit(e: Evidence) -> float | None:
+    if e.device != "cuda" or e.empty_gap_us is None or e.timing is None:
+        return None
+    return e.empty_gap_us + HOST_GAP_SLACK_US + HOST_GAP_REL * e.timing.median_us
+
+
+def host_timing_suspect(e: Evidence) -> bool:
+    """Host timing of the timed rounds says device work ran outside the events, or the events span more than
+    the host saw: a reason to re-measure with every build paused, never to reject alone (a busy host's
+    wake-ups delay the host's clock, not the device's)."""
+    limit = _host_gap_limit(e)
+    return (limit is not None and e.host_gap_us is not None and e.host_gap_us > limit) or e.device_exceeds_host
+
+
+def host_timing_flags(e: Evidence) -> dict[str, str]:
+    """Host-timing flags that both the timed rounds and the re-measure with builds paused show."""
+    if not host_timing_suspect(e) or e.host_recheck is None:
+        return {}
+    limit, (gap, exceeds) = _host_gap_limit(e), e.host_recheck
+    flags = {}
+    if limit is not None and e.host_gap_us is not None and e.host_gap_us > limit and gap > limit:
+        flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event, {gap:.0f} us "
+                                        f"with builds paused (limit {limit:.0f} us): device work the events did "
+                                        "not see")
+    if e.device_exceeds_host and exceeds:
+        flags["timer_mismatch"] = "event time exceeds the host time around the same calls, with builds paused too"
     return flags
 
 
@@ -160,6 +183,8 @@ def decide(e: Evidence) -> Decision:
             return Decision("rejected", tuple(flags), msg)
         return Decision("rejected", tuple(dict.fromkeys(flags + [failed.comparison.kind])),
                         f"{msg}; seed {failed.seed}: {failed.comparison.detail}", failed.seed, failed.comparison)
+    if e.harness_error:
+        return Decision("harness_error", tuple(flags), f"harness error in {e.harness_error}")
     if e.reference_error:
         return Decision("runtime_error", tuple(flags + ["reference_error"]), f"reference failed: {e.reference_error}")
     if failed is not None:

@@ -63,11 +63,15 @@ def prefer_spin_wait() -> str:
 
 
 class CudaClock:
-    """CUDA events on the current stream around the call; host clock around call plus full sync."""
+    """CUDA events on the current stream around the call, as users time one (triton's do_bench, KernelBench):
+    from an idle device, the flush is queued and the call launched behind it with no host sync between, so
+    launches queue while the flush runs, as they do in a user's program. A host sync there measured the
+    launch-bound references slower than plain PyTorch (bench/reftime.py). The host clock and a span event start
+    before the flush: the host's wait past the last event is the span's complement."""
 
     def __init__(self, flush_bytes: int):
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self._record = torch.cuda.Event.record
         self._elapsed = torch.cuda.Event.elapsed_time
         self._sync = torch.cuda.synchronize
@@ -84,10 +88,11 @@ class CudaClock:
         _zero(self.flush_buf)
 
     def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
-        e0, e1, e2 = self._events
-        self.flush()
+        ef, e0, e1, e2 = self._events
         self._sync()
         h0 = _perf_ns()
+        self._record(ef)
+        self.flush()
         self._record(e0)
         out = call()
         self._record(e1)
@@ -95,7 +100,7 @@ class CudaClock:
         self._record(e2)
         self._sync()
         h1 = _perf_ns()
-        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(e0, e2) * 1e3)
+        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(ef, e2) * 1e3)
 
 
 class CpuClock:

@@ -1,5 +1,6 @@
-"""Candidates in kernel DSLs run under default strict checks: Triton kernels are correct with no flag; a Triton
-kernel that forward never launches, torch doing the work, is flagged from the kernels the profiler saw launched."""
+"""Candidates in kernel DSLs run under default strict checks, as on a new user's machine (a new home folder, no
+~/.triton in it): Triton kernels are correct with no flag; a Triton kernel that forward never
+launches, torch doing the work, is flagged from the kernels the profiler saw launched."""
 
 import pytest
 
@@ -9,10 +10,13 @@ pytestmark = pytest.mark.gpu
 BACKENDS = CANDIDATES / "backends"
 
 
-def test_triton_candidates_are_correct_and_a_dummy_kernel_is_flagged(run_eval):
+def test_triton_candidates_are_correct_and_a_dummy_kernel_is_flagged(run_eval, tmp_path):
     pytest.importorskip("triton")
+    home = tmp_path / "home"
+    home.mkdir()
     res = run_eval(CONFIGS / "gpu_vadd.yaml", "--device", "cuda", "--shapes", "tiny", "large", "--solution",
-                   *(str(BACKENDS / f"{n}.py") for n in ("vadd_triton", "vadd_triton_aliased", "dummy_triton")))
+                   *(str(BACKENDS / f"{n}.py") for n in ("vadd_triton", "vadd_triton_aliased", "dummy_triton")),
+                   env={"HOME": str(home)})
     assert res.rc == 0, res.stderr
     for name in ("vadd_triton", "vadd_triton_aliased"):
         for shape in ("tiny", "large"):

@@ -1,0 +1,193 @@
+"""Reference timing against plain PyTorch: each problem's reference timed the harness's way (its eager rounds in a
+record, and `--reference-only`'s baseline) and plainly, as users time a model (inputs drawn once, warm-up, L2
+flushed, CUDA events around each call, median), in a fresh process with the user's environment. Three problems
+of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
+elementwise op); the candidate is the reference's own code, so its figure must agree too.
+
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--variants plain,nosync_off,fresh]
+
+Exit 0 when every harness figure is within the tolerance of the plain median; 1 otherwise. Variants of the plain
+method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
+before each call), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import REPO, md_table, records, run_eval
+
+PROBLEMS = {
+    "launch_ops": '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A few small elementwise ops on a tiny tensor: launch-bound."""
+
+    def forward(self, x, y):
+        return torch.tanh(x * y + 1.0) - torch.sigmoid(y) * 0.5
+
+
+def get_inputs(n=2048):
+    return [torch.randn(n), torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+''',
+    "narrow_mlp": '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Sixteen 1024-wide linear layers with ReLU between, batch 1024: cuBLAS-heavy."""
+
+    def __init__(self, width=1024, depth=16):
+        super().__init__()
+        layers = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def get_inputs(batch=1024, width=1024):
+    return [torch.randn(batch, width)]
+
+
+def get_init_inputs():
+    return []
+''',
+    "big_swish": '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """x * sigmoid(x) over 64 M floats (256 MB in, 256 MB out): bandwidth-bound."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+def get_inputs(n=64 * 1024 * 1024):
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+''',
+}
+SELF = "import torch\nfrom {stem} import Model as _Ref\n\n\nclass ModelNew(_Ref):\n    pass\n"
+
+PLAIN = r'''
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
+path, variant, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+ns = load_namespace(ProblemSource("p", path, open(path).read()))
+torch.set_grad_enabled(False)
+model = build_model(ns["Model"], ns, 1, "cuda")
+draw = lambda s: make_inputs(ns, {}, s, "cuda")
+inputs = draw(1)
+l2 = torch.cuda.get_device_properties(0).L2_cache_size
+flush = torch.empty(max(2 * l2, 256 * 2**20), dtype=torch.uint8, device="cuda")
+for _ in range(10):
+    model(*inputs)
+torch.cuda.synchronize()
+times = []
+for k in range(n):
+    if "fresh" in variant:
+        inputs = draw(k + 2)
+    flush.zero_()
+    if "sync" in variant:
+        torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    model(*inputs)
+    b.record()
+    torch.cuda.synchronize()
+    times.append(a.elapsed_time(b) * 1e3)
+times.sort()
+print(json.dumps({"median_us": times[len(times) // 2], "min_us": times[0], "runs": len(times)}))
+'''
+
+
+def plain(problem: Path, variant: str, runs: int) -> dict:
+    """The plain figure, in a process of its own with the caller's environment (plus the variant's)."""
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    if "cublas" in variant:
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    out = subprocess.run([sys.executable, "-c", PLAIN, str(REPO), str(problem), variant, str(runs)],
+                         capture_output=True, text=True, env=env)
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def write_problems(root: Path) -> tuple[Path, Path]:
+    problems, solutions = root / "problems", root / "solutions"
+    problems.mkdir(parents=True, exist_ok=True)
+    for stem, text in PROBLEMS.items():
+        (problems / f"{stem}.py").write_text(text)
+        (solutions / stem).mkdir(parents=True, exist_ok=True)
+        (solutions / stem / "self.py").write_text(
+            f"import sys\nsys.path.insert(0, {str(problems)!r})\n" + SELF.format(stem=stem))
+    return problems, solutions
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, cublas")
+    a = ap.parse_args()
+    out = a.out or Path(tempfile.mkdtemp(prefix="kbh-reftime-"))
+    problems, solutions = write_problems(out / "suite")
+    (out / "suite.yaml").write_text("defaults:\n  timing: {compile_reference: false}\n")
+    base = ["--problems", str(problems), "--device", "cuda", "--suite", str(out / "suite.yaml")]
+    _, ref_out, rc1 = run_eval(*base, "--reference-only", "--out", str(out / "reference"))
+    _, run_out, rc2 = run_eval(*base, "--solutions", str(solutions), "--static-checks", "off",
+                               "--baseline", str(ref_out / "baseline.json"), "--out", str(out / "run"))
+    entries = {}
+    for f in ref_out.rglob("baseline.json"):
+        entries.update(json.loads(f.read_text()).get("entries", {}))
+    variants = [v for v in a.variants.split(",") if v]
+    rows, ok = [], rc1 == 0 and rc2 == 0
+    for stem in PROBLEMS:
+        figs = {v: plain(problems / f"{stem}.py", v, a.runs) for v in variants}
+        want = figs.get("plain", {}).get("median_us")
+        base_us = next((e["eager"]["median_us"] for e in entries.values() if e["problem"] == stem and e.get("eager")),
+                       None)
+        rec = next(iter(records(run_out / stem)), {})
+        t = rec.get("timing") or {}
+        harness = {"baseline eager": base_us, "record ref_time_us": t.get("ref_time_us"),
+                   "candidate time_us": t.get("time_us")}
+        for what, us in harness.items():
+            ratio = us / want if us and want else None
+            good = ratio is not None and abs(ratio - 1) <= a.tolerance
+            ok &= good
+            rows.append([stem, what, f"{us:.1f}" if us else "-", f"{want:.1f}" if want else "-",
+                         f"{ratio:.3f}" if ratio else "-", "ok" if good else "OFF"])
+        for v, f in figs.items():
+            if v != "plain":
+                rows.append([stem, f"plain variant {v}", f"{f.get('median_us', 0):.1f}", f"{want or 0:.1f}",
+                             f"{f.get('median_us', 0) / want:.3f}" if want and f.get("median_us") else "-", "info"])
+        rows.append([stem, "status", rec.get("status", "-"), ",".join(rec.get("flags") or []) or "-", "", ""])
+    print(f"reference timing vs plain PyTorch (median of {a.runs}, tolerance {a.tolerance:.0%}); output {out}")
+    print(md_table(["problem", "figure", "us", "plain us", "ratio", ""], rows))
+    print(f"reftime: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
