@@ -3,9 +3,9 @@ the repo root, as a new user's first session would be:
 
 1. main: the README's main command (the bundled problem, cold builds included): every record written, fast_vec16
    correct with no integrity flag at every shape, no harness_error; its wall seconds (target 90 s).
-2. suite: a `--problems` suite of our own KernelBench-format problems with honest CUDA kernels of several costs
-   (bench/acceptance/): every record correct, no integrity flag.
-3. reftime: reference timings within 5% of plain PyTorch (bench/reftime.py).
+2. reftime: reference timings within 5% of plain PyTorch (bench/reftime.py, as tests/gpu/test_reference_timing.py).
+3. suite: a `--problems` suite of our own KernelBench-format problems with honest CUDA kernels of several costs
+   (bench/acceptance/, no torch.compile reference): every record correct, no integrity flag.
 4. triton: bench/suite.py's 20 problems with Triton candidates, one pass: every record correct.
 5. tests: the `gpu` tests that reuse the main run (bundled solutions, Triton backends, draws, reference timing).
 
@@ -30,7 +30,7 @@ from _common import REPO, records
 INFO = {"launch_bound", "not_graph_safe", "own_kernel_not_launched"}
 TESTS = ["tests/gpu/test_gpu_harness.py", "tests/gpu/test_backends.py", "tests/gpu/test_problem_draw.py", "-k",
          "fast_solution or original_kernel or reference_timed or floors_and_flush or forked_from_a_server or triton "
-         "or draw"]  # tests/gpu/test_reference_timing.py runs as step 3
+         "or draw"]  # tests/gpu/test_reference_timing.py is step 2
 
 
 def integrity(r: dict) -> list[str]:
@@ -106,11 +106,12 @@ def main() -> int:
         return judge
 
     step("main", [py, "run_eval.py", "configs/pack_tokens.yaml", "--out", str(main_out)], judge_main)
-    step("suite", [py, "run_eval.py", "--problems", "bench/acceptance/problems", "--solutions",
-                   "bench/acceptance/solutions", "--device", "cuda", "--out", str(suite_out)],
-         judge_suite(suite_out, len(list((REPO / "bench" / "acceptance" / "problems").glob("*.py")))))
     step("reftime", [py, "bench/reftime.py", "--out", str(out / "reftime"), "--variants", a.reftime_variants],
          lambda rc: (rc == 0, "reference timings vs plain PyTorch: " + ("within 5%" if rc == 0 else "see reftime.log")))
+    step("suite", [py, "run_eval.py", "--problems", "bench/acceptance/problems", "--solutions",
+                   "bench/acceptance/solutions", "--suite", "bench/acceptance/suite.yaml", "--device", "cuda",
+                   "--out", str(suite_out)],
+         judge_suite(suite_out, len(list((REPO / "bench" / "acceptance" / "problems").glob("*.py")))))
     step("triton", [py, "bench/suite.py", "--passes", "1", "--no-compile", "--out", str(tri)],
          judge_suite(tri / "run1", 20))
     env["KBH_BUNDLED_RUN"] = str(main_out)
