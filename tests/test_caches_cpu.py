@@ -20,7 +20,7 @@ def test_jit_caches_are_writable_and_the_references_are_not(run_eval, build_cach
     try:
         res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--static-checks", "off", "--shapes", "tiny",
                        "--solution", str(CANDIDATES / "honest" / "jit_caches.py"),
-                       str(CANDIDATES / "cheats" / "plant_reference_cache.py"),
+                       str(CANDIDATES / "isolation" / "plant_reference_cache.py"),
                        env={"HOME": str(home), "PLANT_AT": str(planted)})
         assert res.rc == 0, res.stderr[-2000:]
         r = res.by("jit_caches", "tiny")
