@@ -112,18 +112,19 @@ def build_nice(order: int) -> int:
     return min(19, 1 + order)
 
 
-def candidate_env(scratch: Path) -> dict[str, str]:
-    """Where processes that run candidate code (builds, workers) keep temporary files and the caches Triton,
-    inductor and the CUDA driver write: under the run's scratch, inside the write sandbox. Their defaults
-    (~/.triton, ~/.nv, a shared /tmp) lie outside it on a machine where the repo is under the home folder."""
-    home = scratch / "home"
+def candidate_env(scratch: Path, home: Path | None = None) -> dict[str, str]:
+    """Where processes that run candidate code (builds, workers) keep temporary files (scratch/tmp) and the caches
+    Triton, inductor and the CUDA driver write (under `home`, default scratch/home): inside the write sandbox.
+    Their defaults (~/.triton, ~/.nv) lie outside it where the repo is under the home folder. Triton loads the
+    libraries it caches, so `home` belongs on a disk that allows it, not a noexec /dev/shm."""
+    home = home or scratch / "home"
     return {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(home),
             "TRITON_CACHE_DIR": str(home / ".triton" / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
             "CUDA_CACHE_PATH": str(home / ".nv" / "ComputeCache")}
 
 
-def build_env(arch: str | None, toolchain: str, scratch: Path) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **candidate_env(scratch),
+def build_env(arch: str | None, toolchain: str, scratch: Path, home: Path | None = None) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **candidate_env(scratch, home),
             **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
 
 

@@ -23,15 +23,15 @@ def reference_cache(cache_dir: Path) -> Path:
     return cache_dir.with_name(cache_dir.name + "-reference")
 
 
-def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path) -> tuple[dict | None, str]:
+def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, *scratch: Path) -> tuple[dict | None, str]:
     """What processes that run candidate code may not write (the repo, the results, the reference's caches), what
-    they may (the build cache, the run's scratch), for `harness.sandbox.restrict`; None where the kernel has no
-    Landlock. And a line for run.json."""
+    they may (the build cache, the run's scratch folders), for `harness.sandbox.restrict`; None where the kernel
+    has no Landlock. And a line for run.json."""
     abi = sandbox.abi_version()
     if abi < 1:
         return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
     return ({"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],
-             "allow": [str(cache_dir), str(scratch)]}, f"landlock ABI {abi}")
+             "allow": [str(cache_dir), *map(str, scratch)]}, f"landlock ABI {abi}")
 
 
 class TreeGuard:

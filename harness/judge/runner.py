@@ -73,6 +73,7 @@ class Runner:
         self.logs.mkdir(parents=True, exist_ok=True)
         shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
         self.scratch = Path(tempfile.mkdtemp(prefix="kbh-", dir="/dev/shm" if shm else None))  # output slots
+        self.jit_home = Path(tempfile.mkdtemp(prefix="kbh-jit-"))  # JIT caches, on a disk that may run code
         ref_start = None
         try:
             existing = read_records(self.out / "results.jsonl")
@@ -83,7 +84,8 @@ class Runner:
             if plan.isolate:
                 isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
             self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(self.src_dir,))
-            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir, self.scratch)
+            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir, self.scratch,
+                                                                   self.jit_home)
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
@@ -107,6 +109,7 @@ class Runner:
                     for r in ref_start.result():
                         r.worker.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
+            shutil.rmtree(self.jit_home, ignore_errors=True)
 
     def _admit(self, c) -> None:
         """A candidate's logs allowed in the run's folder, and its static findings (errors, warnings)."""
@@ -162,7 +165,7 @@ class Runner:
             arch = gpu_arch_hint() if plan.device == "cuda" else None
             try:
                 if arch or plan.device != "cuda":
-                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch))
+                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch, self.jit_home))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.profile.mark("references_started")
                 if plan.device == "cuda":
@@ -171,7 +174,7 @@ class Runner:
                         raise RuntimeError(f"nvidia-smi reports compute capability {hint} for every GPU, but torch "
                                            f"reports {arch} on lane 0: the builds target the wrong GPU")
                     if not hint:
-                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch))
+                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch, self.jit_home))
                 self._write_run_json(arch)
                 if not plan.build_only:
                     threads = self._start_lanes(refs, arch, work)
@@ -281,7 +284,7 @@ class Runner:
                     self.writer.write(r)
 
     def _lane_env(self, i: int) -> dict:
-        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.scratch)}
+        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.scratch, self.jit_home)}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
     def _lane_log(self, kind: str, lane: int) -> Path:
