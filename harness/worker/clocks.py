@@ -63,11 +63,11 @@ def prefer_spin_wait() -> str:
 
 
 class CudaClock:
-    """CUDA events on the current stream around the call, as users time one (triton's do_bench, KernelBench):
-    from an idle device, the flush is queued and the call launched behind it with no host sync between, so
-    launches queue while the flush runs, as they do in a user's program. A host sync there measured the
-    launch-bound references slower than plain PyTorch (bench/reftime.py). The host clock and a span event start
-    before the flush: the host's wait past the last event is the span's complement."""
+    """CUDA events on the current stream around the call. behind_flush: as users time one (triton's do_bench,
+    KernelBench), from an idle device the flush is queued and the call launched behind it with no host sync
+    between, so launches queue while the flush runs; otherwise the device is synchronized after the flush and
+    a call's launch gaps all count. The host clock and a span event start before the flush: the host's wait
+    past the last event is the span's complement."""
 
     def __init__(self, flush_bytes: int):
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
@@ -87,12 +87,16 @@ class CudaClock:
             self._cudart.cudaCtxResetPersistingL2Cache()
         _zero(self.flush_buf)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = True):
         ef, e0, e1, e2 = self._events
         self._sync()
+        if not behind_flush:
+            self.flush()
+            self._sync()
         h0 = _perf_ns()
         self._record(ef)
-        self.flush()
+        if behind_flush:
+            self.flush()
         self._record(e0)
         out = call()
         self._record(e1)
@@ -115,7 +119,7 @@ class CpuClock:
         self._n = (self._n + 1) % 251
         _fill(self.flush_buf, self._n)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any]):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = True):
         self.flush()
         h0 = _perf_ns()
         out = call()
@@ -139,7 +143,7 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
     i = 0
     while True:
         call, counted = step(i)
-        out, extra, sample = clock.measure(call, after)
+        out, extra, sample = clock.measure(call, after, s.behind_flush)
         on_call(i, out, extra)
         del out
         now = _monotonic()
