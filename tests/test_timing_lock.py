@@ -5,6 +5,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from harness.judge.turns import DeviceTurn
 from harness.settings import LoopSettings
 
@@ -111,11 +113,11 @@ def test_spare_pool_keeps_several_workers_ready_and_starts_them_in_parallel():
     pool = SparePool(make, size=3)
     t0 = time.monotonic()
     pool.prime()
-    first = pool.take()
+    first = pool.take(5)
     assert isinstance(first, Fake) and len(starts) == 4  # three primed at once, a fourth started on take
     assert max(starts[:3]) - t0 < 0.1  # in parallel, not one after another
-    pool.take()
-    pool.take()
+    pool.take(5)
+    pool.take(5)
     assert time.monotonic() - t0 < 0.35  # the second and third were ready: no second wait of 0.2 s
     pool.close()
     assert Fake.closed == 3 and len(starts) == 6
@@ -140,13 +142,13 @@ def test_spare_pool_hands_out_a_ready_spare_before_an_older_one_still_starting()
     pool.prime()
     time.sleep(0.1)
     t0 = time.monotonic()
-    assert pool.take() == 1  # spare 0 is still waiting
+    assert pool.take(5) == 1  # spare 0 is still waiting
     time.sleep(0.1)
-    assert pool.take() == 2  # started on the first take, ready, and spare 0 still waiting
+    assert pool.take(5) == 2  # started on the first take, ready, and spare 0 still waiting
     assert time.monotonic() - t0 < 0.5
     release.set()
     time.sleep(0.1)
-    assert pool.take() == 0  # ready now, and the oldest of those ready
+    assert pool.take(5) == 0  # ready now, and the oldest of those ready
 
 
 def test_spare_pool_close_kills_spares_at_once_even_while_they_start():
@@ -292,8 +294,40 @@ def test_spare_pool_starts_no_spare_beyond_the_candidates_left():
     pool = SparePool(lambda register: made.append(1) or IdleSpare(), size=7, needed=2)
     pool.prime()
     assert len(made) == 2
-    pool.take()
-    pool.take()
+    pool.take(5)
+    pool.take(5)
     assert len(made) == 2 and not pool.slots  # both candidates served: none started for no one
-    assert pool.take() is not None and len(made) == 3  # a discarded worker's candidate still gets one
+    assert pool.take(5) is not None and len(made) == 3  # a discarded worker's candidate still gets one
     pool.close()
+
+
+def test_a_lane_waiting_for_a_spare_lets_it_through_a_closed_window_and_gives_up_in_time():
+    """After timing closes the window, a step that needs a new worker (the GPU's failed capture, its kernel
+    probe) must still get one: waiting for a spare opens the window, then leaves it as it was. A spare that
+    never comes is a TimeoutError, not a hang, and stays in the pool."""
+    import threading
+
+    from harness.judge.lanes import SparePool
+
+    turn = DeviceTurn()
+    turn.open_to_spares(False)
+    never = threading.Event()
+    made = iter(range(100))
+
+    def make(register):
+        k = next(made)
+        with turn.for_spare(device_step=False):
+            if k >= 1:
+                never.wait(10)
+        return k
+
+    pool = SparePool(make, size=1)
+    pool.prime()
+    time.sleep(0.1)
+    with turn.spares_in(restore=True):
+        assert pool.take(5) == 0
+    assert not turn.window.is_set()
+    with turn.spares_in(restore=True), pytest.raises(TimeoutError):
+        pool.take(0.3)
+    never.set()
+    assert pool.take(5) == 1

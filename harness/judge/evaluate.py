@@ -79,8 +79,8 @@ class CandidateEvaluation:
 
     def _start_worker(self) -> None:
         """A spare worker, then the candidate's import in it (from its own folder of the cache under --isolate)."""
-        with self.stages("worker_wait"):
-            w = self.spares.take()
+        with self.stages("worker_wait"), self.lane.ref.turn.spares_in(restore=True):
+            w = self.spares.take(self.plan.config.timeouts.load_s)
         if w is None or not w.alive:
             raise CandidateFailure("could not start a worker process")
         self.worker = w

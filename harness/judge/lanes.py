@@ -72,18 +72,22 @@ class SparePool:
             while len(self.slots) < min(self.size, self.needed):
                 self._start()
 
-    def take(self) -> WorkerHandle | None:
+    def take(self, timeout: float) -> WorkerHandle | None:
         """The first spare that is ready, else the oldest once it is (a spare can wait long for the device's turn
-        while another, started later, is ready)."""
+        while another, started later, is ready). One not ready within `timeout` stays in the pool: TimeoutError."""
         with self.lock:
             if not self.slots:
                 self._start()
             self.needed = max(0, self.needed - 1)
             ready = [k for k, (t, _, _) in enumerate(self.slots) if not t.is_alive()]
-            t, box, _ = self.slots.pop(ready[0] if ready else 0)
-        t.join()
+            slot = self.slots.pop(ready[0] if ready else 0)
+        slot[0].join(timeout)
+        if slot[0].is_alive():
+            with self.lock:
+                self.slots.insert(0, slot)
+            raise TimeoutError(f"no worker process was ready within {timeout:g} s")
         self.prime()
-        return box[0]
+        return slot[1][0]
 
     def close(self) -> None:
         """Every spare's processes killed at once, then reaped: ready or still starting, none is waited for."""
@@ -113,10 +117,11 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
         started = profile.now()
         try:
             reply = w.request("init", INIT_TIMEOUT_S, cwd=str(w.own_folder(scratch)), **init_args)
-            if reply.get("ok") and plan.device == "cuda":
-                with turn.for_spare():
-                    reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=holders,
-                                      warm_params=dict(plan.shapes[0].params) if plan.shapes else None)
+            if reply.get("ok"):
+                with turn.for_spare(device_step=plan.device == "cuda"):
+                    if plan.device == "cuda":
+                        reply = w.request("device", INIT_TIMEOUT_S, poison_bytes=POISON_BYTES, holders=holders,
+                                          warm_params=dict(plan.shapes[0].params) if plan.shapes else None)
             if not reply.get("ok"):
                 w.kill()
                 return None

@@ -32,16 +32,20 @@ class DeviceTurn:
         (self.window.set if is_open else self.window.clear)()
 
     @contextlib.contextmanager
-    def for_spare(self):
+    def for_spare(self, device_step: bool = True):
+        """A spare's start waits for the window on every device, so CPU runs take the GPU's way; only a device
+        step (a CUDA context) takes the turn."""
         self.window.wait()
-        with self():
+        with self() if device_step else contextlib.nullcontext():
             yield
 
     @contextlib.contextmanager
-    def spares_in(self):
-        """The window open for an untimed stretch of the lane's work, closed again after."""
+    def spares_in(self, restore: bool = False):
+        """The window open for an untimed stretch of the lane's work, closed again after (restore: left as it
+        was). A lane that waits for a spare opens it: a spare waiting for a closed window would never come."""
+        was = self.window.is_set()
         self.open_to_spares(True)
         try:
             yield
         finally:
-            self.open_to_spares(False)
+            self.open_to_spares(was if restore else False)
