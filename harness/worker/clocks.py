@@ -87,7 +87,7 @@ class CudaClock:
             self._cudart.cudaCtxResetPersistingL2Cache()
         _zero(self.flush_buf)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = True):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = False):
         ef, e0, e1, e2 = self._events
         self._sync()
         if not behind_flush:
@@ -119,7 +119,7 @@ class CpuClock:
         self._n = (self._n + 1) % 251
         _fill(self.flush_buf, self._n)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = True):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = False):
         self.flush()
         h0 = _perf_ns()
         out = call()
