@@ -1,5 +1,5 @@
 """The GPU acceptance run, from a fresh state (a new HOME, an empty build cache, no Triton or inductor cache), from
-the repo root, as a new user's first session would be:
+the repo root, as a new user's first run on a new machine would be:
 
 1. main: the README's main command (the bundled problem, cold builds included): every record written, fast_vec16
    correct with no integrity flag at every shape, no harness_error; its wall seconds (target 90 s).

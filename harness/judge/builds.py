@@ -117,10 +117,7 @@ def candidate_env(scratch: Path, home: Path | None = None) -> dict[str, str]:
     Triton, inductor and the CUDA driver write (under `home`, default scratch/home): inside the write sandbox.
     Their defaults (~/.triton, ~/.nv) lie outside it where the repo is under the home folder. Triton loads the
     libraries it caches, so `home` belongs on a disk that allows it, not a noexec /dev/shm."""
-    home = home or scratch / "home"
-    return {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(home),
-            "TRITON_CACHE_DIR": str(home / ".triton" / "cache"), "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"),
-            "CUDA_CACHE_PATH": str(home / ".nv" / "ComputeCache")}
+    return {"TMPDIR": str(scratch / "tmp"), **forkserver.jit_cache_env(home or scratch / "home")}
 
 
 def build_env(arch: str | None, toolchain: str, scratch: Path, home: Path | None = None) -> dict[str, str]:

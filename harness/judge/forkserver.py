@@ -171,6 +171,13 @@ class ForkServer:
 _CURRENT: list[ForkServer] = []
 
 
+def jit_cache_env(home: Path) -> dict[str, str]:
+    """Where Triton, inductor and the CUDA driver keep their caches, all under `home`: a worker's or build's
+    own (builds.candidate_env, isolation.Identity) or the reference's (guard.reference_cache)."""
+    return {"TRITON_HOME": str(home), "TRITON_CACHE_DIR": str(home / ".triton" / "cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor"), "CUDA_CACHE_PATH": str(home / ".nv" / "ComputeCache")}
+
+
 def worker_env(repo_root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A worker's starting environment: the judge's and extra, the repo on PYTHONPATH, unbuffered output,
     WORKER_HASH_SEED. Nothing else that changes timing: candidates and references run as users run them."""

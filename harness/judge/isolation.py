@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from .forkserver import jit_cache_env
 
 UID_BASE = 1_600_000_000
 _uids = itertools.count(UID_BASE + (os.getpid() % 2**16) * 2**12)
@@ -37,9 +38,7 @@ class Identity:
         """Everything a worker or its tools would otherwise write under the judge's home or a shared /tmp."""
         h, name = str(self.home), f"kbh{self.uid}"
         return {"HOME": h, "TMPDIR": h, "USER": name, "LOGNAME": name, "XDG_CACHE_HOME": f"{h}/.cache",
-                "TRITON_HOME": h, "TRITON_CACHE_DIR": f"{h}/.triton", "TORCHINDUCTOR_CACHE_DIR": f"{h}/inductor",
-                "CUDA_CACHE_PATH": f"{h}/.nv",
-                "KBH_STAGING": str(self.staging)}
+                **jit_cache_env(self.home), "KBH_STAGING": str(self.staging)}
 
     def popen(self) -> dict:
         return {"user": self.uid, "group": self.uid, "extra_groups": [], "umask": 0o077}

@@ -294,9 +294,7 @@ class Runner:
         """Each lane's reference worker, started and initialized in parallel; lanes on one device share its turn."""
         plan = self.plan
         turns = {dev: DeviceTurn(pause_builds=self.build_cores is None) for dev in set(plan.lanes)}
-        ref = reference_cache(plan.cache_dir)
-        caches = {"TRITON_HOME": str(ref), "TRITON_CACHE_DIR": str(ref / "triton"),
-                  "TORCHINDUCTOR_CACHE_DIR": str(ref / "inductor"), "CUDA_CACHE_PATH": str(ref / "nv")}
+        caches = forkserver.jit_cache_env(reference_cache(plan.cache_dir))
         envs = [self._lane_env(i) | caches for i in range(len(plan.lanes))]
         refs = [ReferenceRunner(WorkerHandle(repo_root=self.repo_root, env=envs[i], cwd=self.scratch, trusted=True,
                                              log_path=self._lane_log("reference", i)),

@@ -87,12 +87,11 @@ class CudaClock:
             self._cudart.cudaCtxResetPersistingL2Cache()
         _zero(self.flush_buf)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = False):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool):
         ef, e0, e1, e2 = self._events
-        self._sync()
         if not behind_flush:
             self.flush()
-            self._sync()
+        self._sync()
         h0 = _perf_ns()
         self._record(ef)
         if behind_flush:
@@ -119,7 +118,7 @@ class CpuClock:
         self._n = (self._n + 1) % 251
         _fill(self.flush_buf, self._n)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool = False):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool):
         self.flush()
         h0 = _perf_ns()
         out = call()
