@@ -31,7 +31,13 @@ def level_of(path: str | Path) -> str | None:
 
 
 def read_problem(path: Path) -> ProblemSource:
-    return ProblemSource(name=path.stem, path=str(path), text=path.read_text())
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not a Python problem file (byte {e.start} is not UTF-8)") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
+    return ProblemSource(name=path.stem, path=str(path), text=text)
 
 
 def load_namespace(src: ProblemSource) -> dict[str, Any]:

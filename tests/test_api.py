@@ -1,6 +1,8 @@
 """The Python API returns the records the command line writes, from paths or source text, and an Evaluator called
 again and again in one process leaves no process behind; a KernelBench problem file runs without a YAML config."""
 
+from pathlib import Path
+
 import pytest
 
 import harness
@@ -44,6 +46,33 @@ def test_api_bad_input_names_the_problem(build_cache):
         harness.evaluate(CONFIGS / "cpu_vadd.yaml", {"../up": HONEST.read_text()}, device="cpu")
     with pytest.raises(TypeError, match="unknown option"):
         harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(HONEST)], device="cpu", budget=3)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"device": "tpu"}, "invalid choice: 'tpu'"), ({"seeds": "many"}, "--seeds"), ({"static_checks": "some"}, "some"),
+    ({"precision": "fp8"}, "fp8"), ({"gpus": "x", "device": "cpu"}, "--gpus x")])
+def test_api_options_are_checked_like_the_flags(options, needle):
+    with pytest.raises(UsageError, match=needle):
+        harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(HONEST)], **options)
+
+
+def test_api_records_name_no_file_that_is_gone(build_cache, tmp_path):
+    """Without out=, the run's folder is removed when the call returns: no record points into it."""
+    [r] = harness.evaluate(CONFIGS / "cpu_vadd.yaml", {"text": HONEST.read_text()}, device="cpu", seed=4,
+                           cache=str(build_cache))
+    assert r["status"] == "correct"
+
+    def paths(value):
+        if isinstance(value, dict):
+            return [p for v in value.values() for p in paths(v)]
+        if isinstance(value, list):
+            return [p for v in value for p in paths(v)]
+        return [value] if isinstance(value, str) and value.startswith("/") else []
+
+    assert all(Path(p).exists() for p in paths(r)), paths(r)
+    [kept] = harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(HONEST)], device="cpu", seed=4, cache=str(build_cache),
+                              out=str(tmp_path / "out"))
+    assert kept["log"] and Path(kept["log"]).exists()
 
 
 def test_a_kernelbench_problem_file_runs_without_a_config(run_eval):

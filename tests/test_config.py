@@ -119,6 +119,22 @@ def test_cli_usage_errors_exit_2_with_one_line(args, needle):
     assert "Traceback" not in p.stderr + p.stdout
 
 
+BINARY = bytes(range(128, 256)) * 4
+
+
+@pytest.mark.parametrize("what", ["problem file", "config file", "--out"])
+def test_unreadable_input_is_one_line_and_exit_2(tmp_path, what):
+    problem, config = tmp_path / "bin_problem.py", tmp_path / "bin.yaml"
+    problem.write_bytes(BINARY)
+    config.write_bytes(BINARY)
+    args = {"problem file": [str(problem), "--device", "cpu"], "config file": [str(config), "--device", "cpu"],
+            "--out": ["configs/pack_tokens.yaml", "--device", "cpu", "--out", "/proc/kbh-cannot-be-made"]}[what]
+    p = cli(*args)
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr + p.stdout
+    assert (args[0] if what != "--out" else "/proc/kbh-cannot-be-made") in p.stderr
+
+
 def test_problem_shape_keys_are_checked(tmp_path):
     text = GOOD.replace("num_experts: 2", "num_expertz: 2")
     p = cli(str(write(tmp_path, text)), "--device", "cpu")

@@ -193,3 +193,14 @@ def test_two_lanes_feed_from_one_queue(run_eval):
     assert res.by("python_cpu")["status"] == "correct"
     assert res.by("raises")["status"] == "runtime_error"
     assert res.run_json["lanes"] == ["cpu", "cpu"]
+
+
+def test_terminal_table_fits_120_columns_with_one_footnote(bundled):
+    """The terminal shows what ranks (status, speedup with its interval, vs compile, time, flags); summary.md
+    holds the rest."""
+    lines = bundled.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120, "\n".join(line for line in lines if len(line) > 120)
+    header = next(line for line in lines if "solution" in line and "status" in line)
+    for col in ("shape", "speedup [95% CI]", "vs compile", "time_us", "flags"):
+        assert col in header
+    assert sum("summary.md" in line for line in lines) == 1

@@ -6,15 +6,17 @@ from conftest import CANDIDATES, CONFIGS, REPO
 
 
 @pytest.fixture(scope="module")
-def failures(run_eval):
+def failures(run_eval, tmp_path_factory):
+    binary = tmp_path_factory.mktemp("binary") / "not_utf8.py"
+    binary.write_bytes(bytes(range(128, 256)) * 8)  # a file no one can read as source
     return run_eval(CONFIGS / "cpu_failures.yaml", "--device", "cpu", "--solution", str(CANDIDATES / "broken"),
-                    str(CANDIDATES / "honest" / "python_cpu.py"))
+                    str(binary), str(CANDIDATES / "honest" / "python_cpu.py"))
 
 
 def test_run_completes_with_every_record(failures):
     assert failures.rc == 0, failures.stderr
     names = {r["solution"] for r in failures.records}
-    assert len(names) == 11 and len(failures.records) == 11
+    assert len(names) == 12 and len(failures.records) == 12
 
 
 @pytest.mark.parametrize("solution, status, needle", [
@@ -23,11 +25,12 @@ def test_run_completes_with_every_record(failures):
     ("no_modelnew", "runtime_error", "no ModelNew"),
     ("raises", "runtime_error", "forward: ValueError: this kernel does not support that routing"),
     ("segfault", "runtime_error", "SIGSEGV"),
-    ("hangs", "timeout", "forward: no answer within the time limit (timeouts.shape_s: 10 s)"),
+    ("hangs", "timeout", "forward: no answer within the time limit (timeouts.shape_s: 40 s)"),
     ("slow_build", "timeout", "build exceeded"),
     ("wrong_shape", "incorrect", "shape (65, 32), expected (64, 32)"),
     ("wrong_dtype", "incorrect", "dtype float64, expected float32"),
     ("one_wrong_value", "incorrect", "1 of 2048 elements differ"),
+    ("not_utf8", "runtime_error", "not a Python source file (byte 0 is not UTF-8)"),
 ])
 def test_failure_status_and_message(failures, solution, status, needle):
     r = failures.by(solution)

@@ -69,3 +69,18 @@ def test_suite_input_errors_are_one_line(run_eval, tmp_path):
     res = run_eval(None, "--problems", str(SUITE / "problems"), "--solutions", str(SUITE / "solutions"),
                    "--suite", str(bad), "--device", "cpu")
     assert res.rc == 2 and "problems.nosuch" in res.stderr
+
+
+def test_suite_terminal_output_has_one_footnote_and_fits_120_columns(suite):
+    lines = suite.stdout.splitlines()
+    assert sum("summary.md" in line for line in lines) == 1
+    assert max(len(line) for line in lines) <= 120
+
+
+def test_a_suite_builds_every_candidate_ahead_once(suite):
+    """Every problem's candidates are built together before the first is evaluated, so each problem's own run
+    finds its builds in the cache."""
+    assert "suite builds: 4 candidate(s) of 3 problem(s)" in suite.stdout
+    for d in ("vadd", "relu", "rowsum"):
+        builds = json.loads((suite.out / d / "run.json").read_text())["builds"]
+        assert builds and all(b["status"] == "built" and b["cached"] for b in builds.values()), builds

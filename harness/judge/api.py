@@ -29,6 +29,29 @@ def _as_file(item: str | Path, folder: Path, stem: str) -> Path:
     return path
 
 
+def _flags(options: dict) -> list[str]:
+    """Options as the command line's flags: True is a bare flag, a list one value each, None and False absent."""
+    argv = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *map(str, value)]
+        elif value is not None and value is not False:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _outside(value, folder: str):
+    """The record with every path into the call's temporary folder (gone once it returns) made None."""
+    if isinstance(value, dict):
+        return {k: _outside(v, folder) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_outside(v, folder) for v in value]
+    return None if isinstance(value, str) and value.startswith(folder) else value
+
+
 class Evaluator:
     """Evaluations one at a time in this process. Between calls it keeps the fork server (the parent of workers
     and builds, torch already imported) and the build cache, so a loop does not pay their start each call.
@@ -44,12 +67,15 @@ class Evaluator:
         unknown = set(options) - {*OPTIONS, "device"}
         if unknown:
             raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}; known: device, {', '.join(OPTIONS)}")
+        build_parser(raising=True).parse_args(["problem.py", *_flags(options)])  # values as the flags check them
         return options
 
     def evaluate(self, problem: str | Path, candidates, **options) -> list[dict]:
-        """Records of each candidate at each shape, in that order, as results.jsonl holds them. `problem` is a YAML run config,
-        a KernelBench problem file or its text; `candidates` a list of paths or source texts, or a mapping of
-        names to either. Bad input raises harness.errors.UsageError with the command line's one-line message."""
+        """Records of each candidate at each shape, in that order, as results.jsonl holds them. `problem` is a YAML
+        run config, a KernelBench problem file or its text; `candidates` a list of paths or source texts, or a
+        mapping of names to either. Bad input, options included, raises harness.errors.UsageError with the
+        command line's one-line message. Without `out`, the run's folder is temporary and records name no file
+        in it (log, times_file: None)."""
         opts = {**self.defaults, **self._checked(options)}
         with self._lock, tempfile.TemporaryDirectory(prefix="kbh-api-") as tmp:
             src = Path(tmp) / "src"
@@ -58,14 +84,10 @@ class Evaluator:
             for name, _ in named:
                 if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(name)):
                     raise UsageError(f"candidate name {name!r}: expected letters, digits, '_', '.' and '-'")
-            args = build_parser().parse_args([str(_as_file(problem, src / "problem", "problem"))])
-            vars(args).update({k: v for k, v in opts.items() if v is not None}, resume=None, build_only=False,
-                              solution=[str(_as_file(c, src / "candidates", name)) for name, c in named],
-                              out=str(opts.get("out") or Path(tmp) / "out"))
-            if isinstance(args.shapes, str):
-                args.shapes = [args.shapes]
-            if isinstance(args.gpus, int):
-                args.gpus = str(args.gpus)
+            opts["out"] = str(opts.get("out") or Path(tmp) / "out")
+            args = build_parser(raising=True).parse_args([
+                str(_as_file(problem, src / "problem", "problem")), *_flags(opts),
+                "--solution", *[str(_as_file(c, src / "candidates", name)) for name, c in named]])
             server = forkserver.current()
             if not (args.isolate or args.cluster) and (server is None or server.status not in ("starting", "ready")):
                 forkserver.start(REPO_ROOT)
@@ -82,7 +104,7 @@ class Evaluator:
                 Runner(plan, self.console, REPO_ROOT).run()
             lines = (plan.out_dir / "results.jsonl").read_text().splitlines()
             order = {key: i for i, key in enumerate((n, s.name) for n, _ in plan.solutions for s in plan.shapes)}
-            records = [json.loads(line) for line in lines if line.strip()]  # in the order they finished
+            records = [_outside(json.loads(line), tmp) for line in lines if line.strip()]  # in the order they finished
             return sorted(records, key=lambda r: order.get((r["solution"], r["shape"]), len(order)))
 
     def close(self) -> None:

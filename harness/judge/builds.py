@@ -61,6 +61,7 @@ class Candidate:
     source: str
     sha256: str
     copy_path: Path
+    error: str | None = None  # why the file cannot be read: the candidate gets runtime_error records, no build
 
     @property
     def native_kind(self) -> str:
@@ -83,14 +84,24 @@ class BuildResult:
     ext_root: str | None = None  # --isolate: the candidate's own folder of the cache, its worker loads from
 
 
+def read_candidate(path: Path) -> tuple[str, str | None]:
+    """The candidate's text, or "" and one line on why it cannot be read (gone, unreadable, not UTF-8)."""
+    try:
+        return path.read_bytes().decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        return "", f"{path}: not a Python source file (byte {e.start} is not UTF-8)"
+    except OSError as e:
+        return "", f"{path}: cannot be read: {e.strerror or e}"
+
+
 def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:
     """A private copy of the candidate: what the static checks read is what the workers import."""
-    text = path.read_text()
+    text, error = read_candidate(path)
     digest = hashlib.sha256(text.encode()).hexdigest()
     copy = src_dir / digest[:16] / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(text)
-    return Candidate(name=name, path=path, source=text, sha256=digest, copy_path=copy)
+    return Candidate(name=name, path=path, source=text, sha256=digest, copy_path=copy, error=error)
 
 
 def default_jobs(reserved_cores: int = 1) -> int:

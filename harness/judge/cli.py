@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
 from ..settings import PRECISIONS, STATIC_POLICIES, Config
-from . import baseline, forkserver, isolation
+from . import baseline, forkserver, isolation, report
 from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
@@ -25,14 +25,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Parser(argparse.ArgumentParser):
+    raising = False  # the Python API's parser: UsageError, not an exit
+
     def error(self, message: str):
+        if self.raising:
+            raise UsageError(message)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     p = _Parser(prog="run_eval.py", description="Build, check and time kernel candidates against a reference "
                 "PyTorch Model, and write a speedup table under results/.")
+    p.raising = raising
     p.add_argument("config", nargs="?", help="YAML run config (e.g. configs/pack_tokens.yaml), or a KernelBench "
                    "problem file (its get_inputs() as written is the one shape, default settings)")
     p.add_argument("--problems", metavar="DIR|GLOB", help="a suite: every KernelBench problem file there (instead "
@@ -134,6 +139,10 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
         if args.seed is not None and args.seed != master:
             raise UsageError(f"--seed {args.seed}: the run in {args.resume} used seed {master}")
         notes.append(f"resumed {args.resume}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: cannot create it: {e.strerror or e}") from None
     default_cache = os.environ.get("KBH_CACHE", REPO_ROOT / ".cache" / "kbh")
     cache_dir = Path(args.cache).resolve() if args.cache else Path(default_cache)
     if args.isolate:
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     """Workers and builds are forks of one fork server, started first so its imports overlap the judge's;
     --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
     args = build_parser().parse_args(argv)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     if not (args.build_only or args.isolate or args.cluster):
         forkserver.start(REPO_ROOT)
     try:
@@ -177,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
                 if args.cluster:
                     raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
-                return exit_code(run_suite(args, console, REPO_ROOT, make_plan), args.strict)
+                records = run_suite(args, console, REPO_ROOT, make_plan)
+                console.print(f"[dim]{report.FOOTNOTE}[/]")
+                return exit_code(records, args.strict)
             if args.solutions or args.suite:
                 raise UsageError("--solutions and --suite go with --problems (for one problem: --solution FILE)")
             plan = make_plan(args, console)
@@ -204,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             sys.stderr.write(f"run_eval.py: error: {e}\n")
             return 1
+        if records:
+            console.print(f"[dim]{report.FOOTNOTE}[/]")
         console.print(f"results: {plan.out_dir}")
         return exit_code(records, args.strict)
     finally:

@@ -32,7 +32,7 @@ from ..cachekeys import build_memo_key, ext_folder
 from ..errors import UsageError
 from . import report
 from .buildcache import memo_lookup
-from .builds import build_env, run_build, snapshot_candidate
+from .builds import build_env, read_candidate, run_build, snapshot_candidate
 from .forkserver import worker_env
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
@@ -243,9 +243,12 @@ def _lost(ray, e: BaseException) -> bool:
     return isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))
 
 
+LOST = "the cluster could not evaluate it: "
+
+
 def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], message: str) -> list[Record]:
     return [Record(solution=name, problem=plan.problem.name, shape=s, status="runtime_error",
-                   message=f"the cluster could not evaluate it: {message}"[:2000], solution_path=str(path))
+                   message=message[:2000], solution_path=str(path))
             for s in shapes]
 
 
@@ -268,7 +271,14 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     done = {(r.solution, r.shape) for r in existing}
     writer = RecordWriter(out / "results.jsonl", existing)
     todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
-    items = [(name, path, path.read_text()) for name, path in plan.solutions if todo[name]]
+    items = []
+    for name, path in plan.solutions:
+        text, error = read_candidate(path)
+        if error and todo[name]:
+            for rec in _failed_records(plan, name, path, todo[name], error):
+                writer.write(rec)
+        elif todo[name]:
+            items.append((name, path, text))
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
     actors = [actor_cls.remote(plan) for _ in range(gpus)]
     lane_of = {a: i for i, a in enumerate(actors)}
@@ -337,11 +347,11 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
                     if attempts[n] < ATTEMPTS and actors:
                         waiting.insert(0, it)
                     else:
-                        for rec in _failed_records(plan, n, p, todo[n], f"{type(e).__name__}: {e}"):
+                        for rec in _failed_records(plan, n, p, todo[n], f"{LOST}{type(e).__name__}: {e}"):
                             writer.write(rec)
                 if not actors and waiting:
                     for n, p, _ in waiting:
-                        for rec in _failed_records(plan, n, p, todo[n], "every lane was lost"):
+                        for rec in _failed_records(plan, n, p, todo[n], LOST + "every lane was lost"):
                             writer.write(rec)
                     waiting.clear()
                 continue
@@ -364,7 +374,7 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     name = next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU"
     note = report.caption(plan.device, name, plan.config.timing.speedup_metric, plan.config.timing.speedup_quantile)
     report.write_files(records, out, note)
-    report.print_table(records, console, f"{plan.problem.name}: {len(records)} records", note)
+    report.print_table(records, console, f"{plan.problem.name}: {len(records)} records")
     return records
 
 

@@ -96,7 +96,11 @@ def read_yaml(path: str | Path) -> Any:
     if not file.is_file():
         raise UsageError(f"{path}: config file not found")
     try:
-        return yaml.safe_load(file.read_text())
+        return yaml.safe_load(file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not a YAML text file (byte {e.start} is not UTF-8)") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

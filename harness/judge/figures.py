@@ -83,13 +83,15 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
 
 def unrun_records(plan, cand: Candidate, shapes: list[Shape], static: tuple[list[str], list[str]],
                   build: BuildResult | None, device_name: str, fault: str | None = None) -> list[Record]:
-    """Records for a candidate that never runs: rejected by static checks, failed to build, or (fault) left
-    without a record by a fault of the harness's own."""
+    """Records for a candidate that never runs: unreadable, rejected by static checks, failed to build, or
+    (fault) left without a record by a fault of the harness's own."""
     out = []
     for shape in shapes:
         ev = Evidence(device=plan.device, static_policy=plan.static_policy, static_errors=static[0],
                       static_warnings=static[1], harness_error=fault)
-        if build is not None and build.status in ("compile_error", "timeout"):
+        if cand.error:
+            ev.failure = ("unreadable", cand.error)
+        elif build is not None and build.status in ("compile_error", "timeout"):
             ev.failure = ("build_timeout" if build.status == "timeout" else "compile_error", build.message)
         d = verdict.decide(ev)
         out.append(Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,

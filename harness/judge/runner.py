@@ -213,7 +213,7 @@ class Runner:
         note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
                               plan.config.timing.speedup_quantile)
         report.write_files(records, self.out, note)
-        report.print_table(records, self.console, f"{plan.problem.name}: {len(records)} records", note)
+        report.print_table(records, self.console, f"{plan.problem.name}: {len(records)} records")
         for e in self.tamper.warnings:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
@@ -250,7 +250,7 @@ class Runner:
             benv = self._benv = dict(benv, KBH_PCH="1")
         new = set()
         for c in self.cands if cands is None else cands:
-            if self.static[c.name][0] and plan.static_policy == "strict":
+            if c.error or (self.static[c.name][0] and plan.static_policy == "strict"):
                 self._write_unrun(c, None)
                 self.advance("build", 1)
                 continue
