@@ -21,7 +21,12 @@ from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages once installed
+
+
+def work_root() -> Path:
+    """Where results/ and .cache/kbh go by default: the checkout when run from one, else the current folder."""
+    return REPO_ROOT if (REPO_ROOT / "run_eval.py").is_file() else Path.cwd()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,7 +129,7 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
         raise UsageError(f"--seed {args.seed}: expected 0 to {MAX_SEED}")
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{src.name}-{secrets.token_hex(2)}"
     master, given = (args.seed, True) if args.seed is not None else (fresh_master_seed(), False)
-    out_dir = Path(args.out) if args.out else REPO_ROOT / "results" / run_id
+    out_dir = Path(args.out) if args.out else work_root() / "results" / run_id
     if args.resume:
         out_dir = Path(args.resume)
         run_json = out_dir / "run.json"
@@ -143,7 +148,7 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {out_dir}: cannot create it: {e.strerror or e}") from None
-    default_cache = os.environ.get("KBH_CACHE", REPO_ROOT / ".cache" / "kbh")
+    default_cache = os.environ.get("KBH_CACHE", work_root() / ".cache" / "kbh")
     cache_dir = Path(args.cache).resolve() if args.cache else Path(default_cache)
     if args.isolate:
         isolation.check_available(REPO_ROOT, {"the build cache": cache_dir, "the output folder": out_dir}, device)

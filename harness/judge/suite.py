@@ -80,7 +80,9 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
         raise UsageError("a suite takes its candidates from --solutions and continues with the same --out")
     problems = find_problems(args.problems)
     suite = suite_settings(args.suite, {p.stem for p in problems})
-    out = Path(args.out) if args.out else repo_root / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-suite-" \
+    from .cli import work_root
+
+    out = Path(args.out) if args.out else work_root() / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-suite-" \
         f"{secrets.token_hex(2)}"
     records: list[Record] = []
     skipped: dict[str, str] = {}
