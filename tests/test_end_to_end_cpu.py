@@ -173,6 +173,25 @@ def test_resume_skips_finished_records(run_eval, tmp_path):
     assert second.run_json["seeds"]["master"] == first.run_json["seeds"]["master"]
 
 
+def test_resume_alone_repeats_the_command_and_keeps_earlier_logs(run_eval, tmp_path):
+    """An interrupted run (here: its last record removed) continues from --resume DIR alone, with its own
+    candidates, shapes and seeds; what its earlier pass wrote (records, logs) is neither flagged nor moved."""
+    out = tmp_path / "run"
+    raises = str(CANDIDATES / "broken" / "raises.py")
+    first = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, raises, "--shapes", "tiny",
+                     out=out)
+    assert first.rc == 0 and len(first.records) == 2, first.stderr
+    kept = [r for r in first.records if r["solution"] == "python_cpu"]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    second = run_eval(None, "--resume", str(out), out=out)
+    assert second.rc == 0, second.stderr
+    assert [(r["solution"], r["shape"]) for r in second.records] == [("python_cpu", "tiny"), ("raises", "tiny")]
+    assert second.records[0] == kept[0]
+    assert second.by("raises")["status"] == "runtime_error" and second.by("raises")["flags"] == []
+    assert not (out / "quarantine").exists()
+    assert second.run_json["seeds"] == first.run_json["seeds"]
+
+
 def test_batch_of_folders_and_globs_with_parallel_builds(run_eval):
     res = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--jobs", "2", "--shapes", "tiny", "--solution",
                    str(REPO / "solutions" / "pack_tokens" / "cpu_*.py"), str(CANDIDATES / "honest"))

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
 from ..settings import PRECISIONS, STATIC_POLICIES, Config
-from . import baseline, forkserver, isolation, report
+from . import baseline, forkserver, isolation, report, stopping
 from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
@@ -162,6 +162,19 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
                 else None, baseline_out=Path(getattr(args, "baseline_out", None) or out_dir / "baseline.json"))
 
 
+def resume_command(args: argparse.Namespace) -> None:
+    """`--resume DIR` alone: the run's own command from its run.json; flags given again take precedence."""
+    try:
+        command = json.loads((Path(args.resume) / "run.json").read_text())["command"]
+        assert isinstance(command, dict) and command["config"]
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise UsageError(f"--resume {args.resume}: no run.json there that names its command (give the CONFIG "
+                         "again; a suite continues with the same --problems, --solutions and --out)") from None
+    for key, value in command.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+
+
 HARNESS_ERROR_EXIT = 3
 
 
@@ -180,49 +193,60 @@ def main(argv: list[str] | None = None) -> int:
     --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
     args = build_parser().parse_args(argv)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
-    if not (args.build_only or args.isolate or args.cluster):
-        forkserver.start(REPO_ROOT)
-    try:
+    with stopping.Interrupts():
         try:
-            if (args.config is None) == (args.problems is None):
-                raise UsageError("give a CONFIG or --problems DIR|GLOB (a suite), not both")
-            if args.problems is not None:
-                from .suite import run_suite
-
-                if args.cluster:
-                    raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
-                records = run_suite(args, console, REPO_ROOT, make_plan)
-                console.print(f"[dim]{report.FOOTNOTE}[/]")
-                return exit_code(records, args.strict)
-            if args.solutions or args.suite:
-                raise UsageError("--solutions and --suite go with --problems (for one problem: --solution FILE)")
-            plan = make_plan(args, console)
-        except UsageError as e:
-            sys.stderr.write(f"run_eval.py: error: {e}\n")
-            return 2
-        from .runner import Runner
-
-        console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
-                      f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
-        try:
-            if args.cluster:
-                from .cluster import run_cluster
-
-                records = run_cluster(plan, console, REPO_ROOT, args.cluster)
-            else:
-                records = Runner(plan, console, REPO_ROOT).run()
-        except UsageError as e:
-            sys.stderr.write(f"run_eval.py: error: {e}\n")
-            return 2
+            if not (args.build_only or args.isolate or args.cluster):
+                forkserver.start(REPO_ROOT)
+            return _run(args, console)
         except KeyboardInterrupt:
-            sys.stderr.write(f"run_eval.py: interrupted; finished records are in {plan.out_dir} (--resume it)\n")
-            return 130
-        except RuntimeError as e:
-            sys.stderr.write(f"run_eval.py: error: {e}\n")
-            return 1
-        if records:
+            where = f" in {args.resume or args.out}" if (args.resume or args.out) else " in its results folder"
+            sys.stderr.write(f"run_eval.py: interrupted; finished records are kept{where} (--resume DIR "
+                             "continues)\n")
+            stopping.kill_all()
+            return stopping.EXIT
+        finally:
+            forkserver.stop()
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    try:
+        if args.resume and args.config is None and args.problems is None:
+            resume_command(args)
+        if (args.config is None) == (args.problems is None):
+            raise UsageError("give a CONFIG or --problems DIR|GLOB (a suite), not both")
+        if args.problems is not None:
+            from .suite import run_suite
+
+            if args.cluster:
+                raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
+            records = run_suite(args, console, REPO_ROOT, make_plan)
             console.print(f"[dim]{report.FOOTNOTE}[/]")
-        console.print(f"results: {plan.out_dir}")
-        return exit_code(records, args.strict)
-    finally:
-        forkserver.stop()
+            return exit_code(records, args.strict)
+        if args.solutions or args.suite:
+            raise UsageError("--solutions and --suite go with --problems (for one problem: --solution FILE)")
+        plan = make_plan(args, console)
+    except UsageError as e:
+        sys.stderr.write(f"run_eval.py: error: {e}\n")
+        return 2
+    from .runner import Runner
+
+    console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
+                  f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
+    args.out = str(plan.out_dir)
+    try:
+        if args.cluster:
+            from .cluster import run_cluster
+
+            records = run_cluster(plan, console, REPO_ROOT, args.cluster)
+        else:
+            records = Runner(plan, console, REPO_ROOT).run()
+    except UsageError as e:
+        sys.stderr.write(f"run_eval.py: error: {e}\n")
+        return 2
+    except RuntimeError as e:
+        sys.stderr.write(f"run_eval.py: error: {e}\n")
+        return 1
+    if records:
+        console.print(f"[dim]{report.FOOTNOTE}[/]")
+    console.print(f"results: {plan.out_dir}")
+    return exit_code(records, args.strict)

@@ -386,7 +386,7 @@ def _kill_all(ray, actors: list) -> None:
 def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:
     data = {"run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "cluster": address,
             "lanes": [{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()],
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(), "static_checks": plan.static_policy,
             "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
     tmp = plan.out_dir / "run.json.tmp"
     tmp.write_text(json.dumps(data, indent=2, default=str))

@@ -64,6 +64,12 @@ class Plan:
     def fp_seed(self) -> int:
         return derive(self.master_seed, "fingerprint")
 
+    def command_json(self) -> dict:
+        """The flags that repeat this run, by name: what `--resume DIR` alone reads back from run.json."""
+        return {"config": str(self.config.path), "solution": [str(p) for _, p in self.solutions],
+                "device": self.device, "shapes": [s.name for s in self.shapes], "seeds": self.seeds,
+                "static_checks": self.static_policy, "precision": self.config.check.precision}
+
     def seeds_json(self) -> dict:
         shapes = {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
                            "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}

@@ -89,6 +89,7 @@ class Runner:
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
+            logs += [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")]  # resumed too
             for name in logs:
                 self.guard.allow_log(name)
             self.tamper = TamperWatch(self.guard)
@@ -342,7 +343,7 @@ class Runner:
         plan = self.plan
         data = {
             "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "static_checks": plan.static_policy,
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(), "static_checks": plan.static_policy,
             "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
             "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir),
             "write_sandbox": self.sandbox_status, "notes": list(plan.notes), "complete": final,
