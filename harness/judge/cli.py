@@ -67,7 +67,8 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--gpus", metavar="N|LIST",
                    help="evaluation lanes: a count, or device indices like 0,1 (0,0 = two lanes on GPU 0)")
     p.add_argument("--resume", metavar="DIR",
-                   help="continue an interrupted run in DIR, skipping finished records")
+                   help="continue an interrupted run in DIR, skipping finished records; alone, with the command "
+                   "its run.json names")
     p.add_argument("--cache", metavar="DIR", help="build cache folder (default: .cache/kbh, or $KBH_CACHE)")
     p.add_argument("--isolate", action="store_true", help="run the workers that import candidates (builds, "
                    "evaluations) as users of their own, so the build cache and the run's files are read-only "
