@@ -105,6 +105,10 @@ def _finite(x):
     return [_finite(v) for v in x] if isinstance(x, list) else x
 
 
+STOPPING = threading.Event()
+"""Set at the first Ctrl-C (judge.stopping)."""
+
+
 class RecordWriter:
     """Appends records to results.jsonl; keeps the exact text it wrote, to detect and undo tampering."""
 
@@ -115,6 +119,10 @@ class RecordWriter:
         self._text = path.read_text() if path.exists() else ""
 
     def write(self, record: Record) -> None:
+        """Once the run is stopping (Ctrl-C), nothing more is written: an evaluation cut short has no verdict,
+        and --resume evaluates it again."""
+        if STOPPING.is_set():
+            return
         line = json.dumps(record.to_json()) + "\n"
         with self._lock, open(self.path, "a") as f:
             f.write(line)

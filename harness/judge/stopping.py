@@ -8,6 +8,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .records import STOPPING
+
 GRACE_S = 8.0
 EXIT = 130
 
@@ -58,6 +60,7 @@ class Interrupts:
 
     def _on_sigint(self, signum, frame) -> None:
         self.count += 1
+        STOPPING.set()
         if self.count > 1:
             self._now()
         sys.stderr.write(f"{self.prog}: stopping; finished records are kept (Ctrl-C again to stop at once)\n")
