@@ -128,8 +128,8 @@ def prebuild(args: argparse.Namespace, problems: list[Path], suite: dict, consol
         try:
             plan = make_plan(sub, Console(quiet=True), problem_config(problems[0], suite, args.suite))
             Runner(replace(plan, solutions=tuple(named)), Console(quiet=True), repo_root).run()
-        except (UsageError, RuntimeError) as e:  # each problem's run builds what it needs, and says what failed
-            console.print(f"[yellow]suite builds: not made ahead: {e}[/]")
+        except Exception as e:  # noqa: BLE001  (a head start only: each problem's run builds what it needs)
+            console.print(f"[yellow]suite builds: not made ahead: {type(e).__name__}: {e}[/]")
             return
     console.print(f"suite builds: {len(named)} candidate(s) of {len(problems)} problem(s) built or found in the "
                   f"cache in {time.monotonic() - t0:.0f} s")
