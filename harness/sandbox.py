@@ -2,7 +2,8 @@
 candidate is imported: Linux Landlock denies it any write beneath the protected paths (the harness's tree,
 the run's results), by any route (`/proc/<pid>/root`, `/proc/<pid>/fd`, renames), for it and every process it
 starts, and it cannot be lifted from inside. Landlock only grants, so the process is granted writes beneath
-everything else: every sibling of each protected path and of its ancestors, and the allowed paths.
+everything else: every sibling of each protected path and of its ancestors, and the allowed paths; or, as an
+allowlist, only beneath the allowed paths (its scratch, TMPDIR and caches) and to device nodes.
 Landlock also keeps it from tracing, or reading the memory of, processes outside the sandbox, and (ABI 6)
 from signalling them: the judge, the fork server, the reference worker."""
 
@@ -69,13 +70,24 @@ def grants(protect: list[str], allow: list[str]) -> list[str]:
     return sorted(found | {os.path.realpath(a) for a in allow if os.path.exists(a)})
 
 
+def allowed_only(allow: list[str]) -> list[str]:
+    """An allowlist: writes only beneath the allowed paths and to the device nodes a process opens for writing
+    (/dev/null, a GPU's), never in /dev itself nor /dev/shm, where other programs keep their files."""
+    try:
+        dev = [e.path for e in os.scandir("/dev") if e.name not in ("shm", "mqueue") and not e.is_symlink()]
+    except OSError:
+        dev = []
+    return sorted({os.path.realpath(a) for a in allow if os.path.exists(a)} | set(dev))
+
+
 def _err(what: str) -> OSError:
     n = ctypes.get_errno()
     return OSError(n, f"landlock {what}: {os.strerror(n)}")
 
 
-def restrict(protect: list[str], allow: list[str]) -> str:
-    """Apply the sandbox to this process; what was applied, or raise OSError."""
+def restrict(protect: list[str], allow: list[str], allowlist: bool = False) -> str:
+    """Apply the sandbox to this process: writes everywhere but beneath `protect`, or with `allowlist` only
+    beneath `allow` (allowed_only); what was applied, or raise OSError."""
     abi = abi_version()
     if abi < 1:
         raise OSError(38, "landlock is not available on this kernel")
@@ -87,7 +99,7 @@ def restrict(protect: list[str], allow: list[str]) -> str:
     if ruleset < 0:
         raise _err("create_ruleset")
     try:
-        for path in grants(protect, allow):
+        for path in allowed_only(allow) if allowlist else grants(protect, allow):
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:

@@ -23,15 +23,19 @@ def reference_cache(cache_dir: Path) -> Path:
     return cache_dir.with_name(cache_dir.name + "-reference")
 
 
-def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, *scratch: Path) -> tuple[dict | None, str]:
+def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, *scratch: Path,
+                  allowlist: bool = False) -> tuple[dict | None, str]:
     """What processes that run candidate code may not write (the repo, the results, the reference's caches), what
-    they may (the build cache, the run's scratch folders), for `harness.sandbox.restrict`; None where the kernel
-    has no Landlock. And a line for run.json."""
+    they may (the build cache, the run's scratch folders), for `harness.sandbox.restrict`; with `allowlist`,
+    nothing but the latter and device nodes (settings.SANDBOX_ALLOWLIST). None where the kernel has no Landlock.
+    And a line for run.json."""
     abi = sandbox.abi_version()
     if abi < 1:
         return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
+    how = ("writes only to its scratch, TMPDIR, the build and JIT caches and device nodes" if allowlist else
+           "no writes to the repo, the run's files or the reference's caches")
     return ({"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],
-             "allow": [str(cache_dir), *map(str, scratch)]}, f"landlock ABI {abi}")
+             "allow": [str(cache_dir), *map(str, scratch)], "allowlist": allowlist}, f"landlock ABI {abi}: {how}")
 
 
 class TreeGuard:

@@ -92,15 +92,21 @@ def check_available(repo_root: Path, folders: dict[str, Path], device: str = "cp
                          f"harness and torch ({problem})")
 
 
-def new_identity() -> Identity:
-    """A fresh uid and a home of its own (0700), under a folder others may cross but not list."""
+def homes_root() -> Path:
+    """The folder of the identities' homes, others may cross but not list; inside the write sandbox's allowlist
+    (each home is its own user's, 0700)."""
     if not _homes:
         root = Path(tempfile.mkdtemp(prefix="kbh-homes-"))
         root.chmod(0o711)
         _homes.append(root)
         atexit.register(shutil.rmtree, root, True)
+    return _homes[0]
+
+
+def new_identity() -> Identity:
+    """A fresh uid and a home of its own (0700)."""
     uid = next(_uids)
-    home = _homes[0] / f"u{uid}"
+    home = homes_root() / f"u{uid}"
     home.mkdir(mode=0o700)
     os.chown(home, uid, uid)
     return Identity(uid, home)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cachekeys import toolchain_id
+from ..settings import SANDBOX_ALLOWLIST
 from ..stats import Measurement
 from . import baseline, forkserver, isolation, lanes, report, static_checks
 from .builds import (
@@ -84,8 +85,10 @@ class Runner:
             if plan.isolate:
                 isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
             self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(self.src_dir,))
-            self.sandbox, self.sandbox_status = write_sandbox(self.repo_root, self.out, plan.cache_dir, self.scratch,
-                                                                   self.jit_home)
+            homes = (isolation.homes_root(),) if plan.isolate else ()
+            self.sandbox, self.sandbox_status = write_sandbox(
+                self.repo_root, self.out, plan.cache_dir, self.scratch, self.jit_home, *homes,
+                allowlist=plan.device in SANDBOX_ALLOWLIST)
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
