@@ -223,3 +223,6 @@ def test_terminal_table_fits_120_columns_with_one_footnote(bundled):
     for col in ("shape", "speedup [95% CI]", "vs compile", "time_us", "flags"):
         assert col in header
     assert sum("summary.md" in line for line in lines) == 1
+    sandbox = json.loads((bundled.out / "run.json").read_text())["write_sandbox"]
+    first = " ".join(bundled.stdout.split("\n\n")[0].split())  # the run's first line, as rich wrapped it
+    assert "write sandbox: " + ("Landlock ABI" if sandbox.startswith("landlock") else "none") in first

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .. import sandbox
 from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
@@ -231,8 +232,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return 2
     from .runner import Runner
 
+    abi = sandbox.abi_version()
     console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
-                  f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}")
+                  f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}; write sandbox: "
+                  + (f"Landlock ABI {abi}" if abi else "[yellow]none (no Landlock on this kernel: the guard restores "
+                     "changes instead)[/]"))
     args.out = str(plan.out_dir)
     try:
         if args.cluster:
