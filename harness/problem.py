@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, read_text
 from .settings import Shape
 
 PRECISION_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -31,13 +31,7 @@ def level_of(path: str | Path) -> str | None:
 
 
 def read_problem(path: Path) -> ProblemSource:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path}: not a Python problem file (byte {e.start} is not UTF-8)") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
-    return ProblemSource(name=path.stem, path=str(path), text=text)
+    return ProblemSource(name=path.stem, path=str(path), text=read_text(path, "Python problem file"))
 
 
 def load_namespace(src: ProblemSource) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cachekeys import build_memo_key, partial_header
+from ..errors import UsageError, read_text
 from . import forkserver, isolation
 from .buildcache import adopt_staged, memo_lookup, memo_store
 from .processes import groups_stopped
@@ -87,11 +88,9 @@ class BuildResult:
 def read_candidate(path: Path) -> tuple[str, str | None]:
     """The candidate's text, or "" and one line on why it cannot be read (gone, unreadable, not UTF-8)."""
     try:
-        return path.read_bytes().decode("utf-8"), None
-    except UnicodeDecodeError as e:
-        return "", f"{path}: not a Python source file (byte {e.start} is not UTF-8)"
-    except OSError as e:
-        return "", f"{path}: cannot be read: {e.strerror or e}"
+        return read_text(path, "Python source file"), None
+    except UsageError as e:
+        return "", str(e)
 
 
 def snapshot_candidate(path: Path, name: str, src_dir: Path) -> Candidate:

@@ -273,11 +273,13 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
     items = []
     for name, path in plan.solutions:
+        if not todo[name]:
+            continue
         text, error = read_candidate(path)
-        if error and todo[name]:
+        if error:
             for rec in _failed_records(plan, name, path, todo[name], error):
                 writer.write(rec)
-        elif todo[name]:
+        else:
             items.append((name, path, text))
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
     actors = [actor_cls.remote(plan) for _ in range(gpus)]
@@ -386,7 +388,8 @@ def _kill_all(ray, actors: list) -> None:
 def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:
     data = {"run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "cluster": address,
             "lanes": [{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()],
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(), "static_checks": plan.static_policy,
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(),
+            "static_checks": plan.static_policy,
             "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
     tmp = plan.out_dir / "run.json.tmp"
     tmp.write_text(json.dumps(data, indent=2, default=str))

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import UsageError
+from ..errors import UsageError, read_text
 from ..settings import (
     DEVICES,
     PRECISIONS,
@@ -96,11 +96,7 @@ def read_yaml(path: str | Path) -> Any:
     if not file.is_file():
         raise UsageError(f"{path}: config file not found")
     try:
-        return yaml.safe_load(file.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path}: not a YAML text file (byte {e.start} is not UTF-8)") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
+        return yaml.safe_load(read_text(file, "YAML text file"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -346,7 +346,8 @@ class Runner:
         plan = self.plan
         data = {
             "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(), "static_checks": plan.static_policy,
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(),
+            "static_checks": plan.static_policy,
             "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
             "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir),
             "write_sandbox": self.sandbox_status, "notes": list(plan.notes), "complete": final,

@@ -86,10 +86,10 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
         f"{secrets.token_hex(2)}"
     records: list[Record] = []
     skipped: dict[str, str] = {}
+    found = {p: [] if args.reference_only else sorted((Path(args.solutions) / p.stem).glob("*.py")) for p in problems}
     if not args.reference_only:
-        prebuild(args, problems, suite, console, repo_root, make_plan)
-    for problem in problems:
-        cands = [] if args.reference_only else sorted((Path(args.solutions) / problem.stem).glob("*.py"))
+        prebuild(args, found, suite, console, repo_root, make_plan)
+    for problem, cands in found.items():
         if not cands and not args.reference_only:
             skipped[problem.stem] = f"no candidates in {Path(args.solutions) / problem.stem}"
             continue
@@ -109,16 +109,16 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     return records
 
 
-def prebuild(args: argparse.Namespace, problems: list[Path], suite: dict, console: Console, repo_root: Path,
-             make_plan) -> None:
+def prebuild(args: argparse.Namespace, found: dict[Path, list[Path]], suite: dict, console: Console,
+             repo_root: Path, make_plan) -> None:
     """Every problem's candidates built into the cache at once, in one build pool, before the first is
     evaluated: a suite's cold builds then take about as long as the longest, not their sum (a CUDA build is
     about 25 s on the H100 host). Only a head start: each problem's run looks its builds up as usual and makes
     any that is missing."""
     from .runner import Runner
 
-    named = [(f"{problem.stem}.{c.stem}", c) for problem in problems
-             for c in sorted((Path(args.solutions) / problem.stem).glob("*.py"))]
+    problems = list(found)
+    named = [(f"{problem.stem}.{c.stem}", c) for problem, cands in found.items() for c in cands]
     if len(problems) < 2 or not named:
         return
     t0 = time.monotonic()
