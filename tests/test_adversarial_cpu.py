@@ -19,8 +19,7 @@ def digest() -> dict:
 def adversarial(run_eval):
     before = digest()
     res = run_eval(CONFIGS / "cpu_adversarial.yaml", "--device", "cpu", "--solution", str(CANDIDATES / "cheats"),
-                   str(CANDIDATES / "honest" / "python_cpu.py"), str(CANDIDATES / "honest" / "reused_buffer.py"),
-                   str(CANDIDATES / "honest" / "temp_files.py"))
+                   str(CANDIDATES / "honest" / "python_cpu.py"), str(CANDIDATES / "honest" / "temp_files.py"))
     res.tree_before, res.tree_after = before, digest()
     res.forged_file_left = (REPO / "harness" / "zz_forged.py").exists()
     return res
@@ -29,6 +28,8 @@ def adversarial(run_eval):
 @pytest.mark.parametrize("cheat, flag", [
     ("replay_pointer", "replayed_output"),          # 1
     ("replay_shape", "replayed_output"),            # 1
+    ("reused_buffer", "replayed_output"),           # 1: an earlier call's output overwritten by the next
+    ("mark_overwritten", "replayed_output"),        # 2: a call the worker says was overwritten is not exempt
     ("count_switch", "timed_output_mismatch"),      # 2
     ("fast_tail", "timed_output_mismatch"),         # 2: every one of the fastest calls is verified
     ("mutate_input", "input_mutated"),              # 3
@@ -67,11 +68,11 @@ def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
     for r in adversarial.records:
-        if r["solution"] not in ("python_cpu", "reused_buffer", "temp_files", "alias_input"):
+        if r["solution"] not in ("python_cpu", "temp_files", "alias_input"):
             assert r["status"] != "correct", r
 
 
-@pytest.mark.parametrize("honest", ["python_cpu", "reused_buffer", "temp_files"])
+@pytest.mark.parametrize("honest", ["python_cpu", "temp_files"])
 def test_honest_candidates_in_the_same_batch_are_correct_and_unflagged(adversarial, honest):
     for shape in ("tiny", "padded"):
         r = adversarial.by(honest, shape)

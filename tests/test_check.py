@@ -150,3 +150,40 @@ def test_an_output_slot_that_is_a_link_is_not_followed(tmp_path):
     (tmp_path / "slot.bin").symlink_to(real)
     with pytest.raises(OSError):
         read_output_file(dict(meta, file=str(tmp_path / "slot.bin")))
+
+
+def _softmax(rows: int, n: int) -> torch.Tensor:
+    return torch.softmax(torch.rand(rows, n, dtype=torch.float64), -1)
+
+
+def test_a_zero_answer_fails_where_every_reference_value_is_within_tolerance_of_zero():
+    """Softmax over 100,000 values: every output under 1e-4, so zeros would pass atol 1e-4 alone."""
+    tol = Tolerance(atol=1e-4, rtol=1e-4)
+    ref64 = _softmax(4, 100_000)
+    ref = ref64.float()
+    zero = compare_tensor(ref, torch.zeros_like(ref), tol)
+    assert not zero.ok and zero.kind == "mismatch" and "own scale" in zero.detail
+    honest = compare_tensor(ref, (ref64 * (1 + 1e-3 * torch.randn_like(ref64))).float(), tol)
+    assert honest.ok and not honest.weak
+
+
+def test_a_constant_answer_fails_where_every_reference_value_is_within_tolerance_of_it():
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    ref = 2.0 + 1e-3 * torch.randn(1000, dtype=torch.float64)
+    assert not compare_tensor(ref, torch.full_like(ref, float(ref.mean())), tol).ok
+    assert compare_tensor(ref, ref + 1e-5 * torch.randn_like(ref), tol).ok
+    wide = torch.randn(1000)  # values far apart: the tolerance itself tells a constant from the answer
+    c = compare_tensor(wide, wide + 1e-3, tol)
+    assert c.ok and not c.weak
+
+
+def test_a_reference_within_rounding_of_a_constant_cannot_be_checked_on_its_scale_and_says_so():
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    ones = torch.ones(64, dtype=torch.bfloat16)
+    c = compare_tensor(ones, ones.clone(), tol)
+    assert c.ok and c.weak
+    assert compare_outputs([({"dtype": "bfloat16"}, ones)], [({"dtype": "bfloat16", "device": "cpu"}, ones.clone())],
+                           lambda _: tol, "cpu").weak
+    one_value = torch.tensor([3.7])  # a single value is no constant: the tolerance checks it
+    assert not compare_tensor(one_value, one_value.clone(), tol).weak
+    assert not compare_tensor(one_value, torch.tensor([0.0]), tol).ok

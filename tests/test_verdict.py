@@ -180,3 +180,20 @@ def test_on_the_gpu_the_launched_kernels_decide_the_dummy_kernel_flag_not_the_te
     assert not [f for f in d.flags if f.startswith("static:")]
     d = decide(honest(static_warnings=text))  # no profile: the text's warning stands
     assert "static:torch_compute_in_forward (line 16)" in d.flags and "own_kernel_not_launched" not in d.flags
+
+
+def test_a_timed_call_whose_output_was_reused_is_a_replay_not_an_exemption():
+    e = honest()
+    e.timed.append(TimedVerification(3, 9, ok=False, reused=True))
+    d = decide(e)
+    assert d.status == "rejected" and "replayed_output" in d.flags and "timed_output_mismatch" not in d.flags
+    assert "call 3" in d.message
+
+
+def test_a_check_too_weak_to_tell_a_constant_is_correct_but_flagged_and_unranked():
+    weak = replace(OK, weak=True)
+    e = honest()
+    e.checks = [CheckOutcome(seed=1, phase="check", comparison=weak)]
+    d = decide(e)
+    assert d.status == "correct" and "weak_check" in d.flags
+    assert "weak_check" in decide(honest(device="cpu", checks=e.checks)).flags

@@ -1,6 +1,8 @@
 """Compare a candidate's outputs with the reference's, in the judge (pure functions over CPU tensors): same count,
 shape, dtype and device; NaN and Inf in the same places; finite values within atol + rtol * |ref| (exact when
-both are zero). The check of timed calls' fingerprints lives here too."""
+both are zero). Where that tolerance would pass a constant answer (zero, or one value for every element), the
+answer is held to the output's own scale instead (weak_outputs). The check of timed calls' fingerprints lives
+here too."""
 
 import math
 from dataclasses import replace
@@ -11,7 +13,7 @@ import torch
 from ..settings import Tolerance
 from .evidence import Comparison
 from .isolation import open_regular
-from .verdict import PROJECTION_SIGMAS
+from .verdict import PROJECTION_SIGMAS, WEAK_FRACTION, WEAK_RESOLUTION_ULPS
 
 CHUNK = 1 << 22
 DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -44,18 +46,87 @@ def read_output_file(meta: dict) -> torch.Tensor:
         return tensor_from_bytes(np.memmap(f, dtype=np.uint8, mode="c"), meta, prefix_ok=True)
 
 
+class _Moments:
+    """Running statistics of the reference's finite values and the answer's errors, over chunks (float64);
+    they stop (`alive` False) once no constant can pass the tolerance, as for most outputs after one chunk."""
+
+    def __init__(self, tol: Tolerance):
+        self.tol, self.alive = tol, not tol.exact
+        self.n = 0
+        self.s1 = self.s2 = self.err2 = self.max_abs = 0.0
+        self.lo, self.hi, self.min_abs = math.inf, -math.inf, math.inf
+
+    def add(self, r: torch.Tensor, diff: torch.Tensor | None = None) -> None:
+        if not self.alive:
+            return
+        r = r[torch.isfinite(r)].to(torch.float64)
+        if r.numel():
+            a = r.abs()
+            self.n += r.numel()
+            self.s1, self.s2 = self.s1 + float(r.sum()), self.s2 + float((r * r).sum())
+            self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
+            self.max_abs, self.min_abs = max(self.max_abs, float(a.max())), min(self.min_abs, float(a.min()))
+        if diff is not None:
+            self.err2 += float((diff.to(torch.float64) ** 2).sum())
+        t = self.tol
+        self.alive = (1 - t.rtol) * self.max_abs <= t.atol or (self.hi - self.lo) / 2 <= t.atol + t.rtol * self.min_abs
+
+
+def weak_outputs(m: _Moments, tol: Tolerance, eps: float) -> tuple[str, float, bool] | None:
+    """Whether a constant answer would pass this tolerance: zero where every reference value lies within
+    tolerance of it, or the middle of the values' range (more than one value). Then the scale an answer is held
+    to instead: the RMS distance from the reference to the nearest such constant; and whether that scale is
+    below what rounding resolves, so that the check cannot tell the answer from the constant at all."""
+    if m.n == 0 or not m.alive:
+        return None
+    mean = m.s1 / m.n
+    spread = math.sqrt(max(m.s2 / m.n - mean * mean, 0.0))
+    scales = []
+    if m.max_abs > 0 and (1 - tol.rtol) * m.max_abs <= tol.atol:
+        scales.append(("zero", math.sqrt(m.s2 / m.n)))
+    if m.n > 1 and (m.hi - m.lo) / 2 <= tol.atol + tol.rtol * m.min_abs:
+        scales.append((f"{(m.lo + m.hi) / 2:.6g}", spread))
+    if not scales:
+        return None
+    what, scale = min(scales, key=lambda x: x[1])
+    return what, scale, scale <= WEAK_RESOLUTION_ULPS * eps * m.max_abs
+
+
+def _held_to_scale(m: _Moments, tol: Tolerance, eps: float) -> Comparison | None:
+    weak = weak_outputs(m, tol, eps)
+    if weak is None:
+        return None
+    what, scale, unresolved = weak
+    if unresolved:
+        return Comparison(True, "ok", weak=True)
+    err = math.sqrt(m.err2 / m.n)
+    if err <= WEAK_FRACTION * scale:
+        return None
+    return Comparison(False, "mismatch", f"every reference value lies within tolerance of the constant {what}; "
+                      f"held to the output's own scale, the answer's RMS error {err:.3g} is not under "
+                      f"{WEAK_FRACTION} x the constant's {scale:.3g}", max_abs_err=None, mismatches=m.n)
+
+
 def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Comparison:
     if tuple(cand.shape) != tuple(ref.shape):
         return Comparison(False, "wrong_shape", f"shape {tuple(cand.shape)}, expected {tuple(ref.shape)}")
     if cand.dtype != ref.dtype:
         detail = f"dtype {cand.dtype}, expected {ref.dtype}".replace("torch.", "")
         return Comparison(False, "wrong_dtype", detail)
-    if ref.numel() == 0 or torch.equal(ref.reshape(-1).view(torch.uint8), cand.reshape(-1).view(torch.uint8)):
-        return Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0)
+    floating = ref.is_floating_point() or ref.is_complex()
+    eps = torch.finfo(ref.dtype).eps if floating else 0.0
     if ref.is_complex():
         ref, cand = torch.view_as_real(ref), torch.view_as_real(cand)
     work = torch.float64 if ref.dtype == torch.float64 else torch.float32
     rf, cf = ref.reshape(-1), cand.reshape(-1)
+    moments = _Moments(tol)
+    if ref.numel() == 0 or torch.equal(ref.reshape(-1).view(torch.uint8), cand.reshape(-1).view(torch.uint8)):
+        for s in range(0, rf.numel() if floating else 0, CHUNK):
+            if not moments.alive:
+                break
+            moments.add(rf[s:s + CHUNK].to(work))
+        weak = weak_outputs(moments, tol, eps) if floating else None
+        return Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0, weak=bool(weak and weak[2]))
     max_abs = max_rel = 0.0
     bad_total, first, uninit = 0, None, False
     for s in range(0, rf.numel(), CHUNK):
@@ -65,6 +136,7 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
             rn, cn = torch.isnan(r), torch.isnan(c)
             both_finite = torch.isfinite(r) & torch.isfinite(c)
             diff = torch.where(both_finite, (c - r).abs(), torch.zeros_like(r))
+            moments.add(r, diff)
             allowed = tol.atol + tol.rtol * r.abs()
             bad = (rn != cn) | (~both_finite & ~rn & ~cn & (c != r)) | (both_finite & (diff > allowed))
             uninit = uninit or bool((cn & ~rn).any())
@@ -82,7 +154,10 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
             first = s + int(torch.nonzero(bad)[0, 0])
         bad_total += n_bad
     if not bad_total:
-        return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel)
+        scaled = _held_to_scale(moments, tol, eps) if floating else None
+        if scaled is not None and not scaled.ok:
+            return replace(scaled, max_abs_err=max_abs, max_rel_err=max_rel)
+        return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel, weak=scaled is not None)
     first_idx = tuple(int(i) for i in np.unravel_index(first, tuple(ref.shape))) if ref.dim() else ()
     detail = (f"{bad_total} of {rf.numel()} elements differ; first at {list(first_idx)}: got {cf[first].item()!r}, "
               f"expected {rf[first].item()!r}")
@@ -98,6 +173,7 @@ def compare_outputs(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict,
     if len(cand) != len(ref):
         return Comparison(False, "wrong_count", f"{len(cand)} outputs, expected {len(ref)}")
     max_abs = max_rel = 0.0
+    weak = False
     for i, ((rm, rt), (cm, ct)) in enumerate(zip(ref, cand)):
         if cm["device"] != device:
             return Comparison(False, "wrong_device", f"output {i} on {cm['device']}, expected {device}")
@@ -105,7 +181,8 @@ def compare_outputs(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict,
         if not c.ok:
             return c if len(ref) == 1 else replace(c, detail=f"output {i}: {c.detail}")
         max_abs, max_rel = max(max_abs, c.max_abs_err or 0.0), max(max_rel, c.max_rel_err or 0.0)
-    return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel)
+        weak = weak or c.weak
+    return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel, weak=weak)
 
 
 def same_as(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.Tensor]], tol_for) -> bool:

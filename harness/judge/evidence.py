@@ -15,6 +15,7 @@ class Comparison:
     first_mismatch: tuple[int, ...] | None = None
     mismatches: int = 0
     uninitialized: bool = False
+    weak: bool = False  # an output the check cannot tell from a constant (compare.trivial_constant)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class TimedVerification:
     replay: bool = False
     input_mutated: bool = False
     phase: str = "timed"
+    reused: bool = False  # its output's storage was returned again by a later call
 
 
 @dataclass

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ..stats import fast_p, geomean
 from .records import Record, TimingFigures
+from .verdict import UNRANKED
 
 FAST_P = (0.0, 0.5, 1.0, 1.5, 2.0)
 TIMING_COLUMNS = ("time_us", "runs", "iqr_us", "gpu_time_us", "ref_time_us", "ref_compile_time_us",
@@ -47,18 +48,20 @@ def rows(records: list[Record]) -> list[dict]:
 
 def summary(records: list[Record]) -> dict:
     """Geometric means per solution, and fast_p over solutions and over records, each counted only where the
-    lower 95% bound clears p (for a solution, the geometric mean of its shapes' lower bounds)."""
+    lower 95% bound clears p (for a solution, the geometric mean of its shapes' lower bounds). Records the
+    verdict leaves unranked (a check too weak to tell an answer from a constant) count in neither."""
     sols = {}
     for name in dict.fromkeys(r.solution for r in records):
         rs = [r for r in records if r.solution == name]
         ok = [r for r in rs if r.status == "correct"]
-        sols[name] = {"shapes": len(rs), "correct": len(ok),
-                      "geomean_speedup": geomean(r.speedup for r in ok),
-                      "geomean_speedup_lo": geomean(_lower(r) for r in ok),
-                      "geomean_speedup_compile": geomean(r.speedup_compile for r in ok),
+        ranked = [r for r in ok if not UNRANKED & set(r.flags)]
+        sols[name] = {"shapes": len(rs), "correct": len(ok), "ranked": len(ranked),
+                      "geomean_speedup": geomean(r.speedup for r in ranked),
+                      "geomean_speedup_lo": geomean(_lower(r) for r in ranked),
+                      "geomean_speedup_compile": geomean(r.speedup_compile for r in ranked),
                       "all_correct": len(ok) == len(rs)}
     per_solution = [s["geomean_speedup_lo"] if s["all_correct"] else None for s in sols.values()]
-    per_record = [_lower(r) if r.status == "correct" else None for r in records]
+    per_record = [_lower(r) if r.status == "correct" and not UNRANKED & set(r.flags) else None for r in records]
     return {"solutions": sols, "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
             "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P}}
 

@@ -84,18 +84,23 @@ def timed_rounds(ce, shape: Shape, ev: Evidence, projection: bool, deadline: flo
 
 def verify_timed(ce, shape: Shape, replies: list[tuple[int, dict]], projection: bool, tols,
                  must: list[tuple[int, int]] = ()) -> list[TimedVerification]:
-    """Fingerprint the timed calls `must` (batch, call) and a random sample of the others of every batch (base
-    seed, reply), numbered across batches, against the reference's answers for the same inputs."""
-    batches = [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"]))
-               for base, r in replies]
-    eligible = [(b, i) for b, (_, calls, n) in enumerate(batches) for i in range(n) if calls.get(str(i)) != OVERWRITTEN]
-    chosen = set(must) & set(eligible)
-    rest = [c for c in eligible if c not in chosen]
-    sample = sorted(chosen | set(secrets.SystemRandom().sample(rest, min(ce.plan.config.check.verify_timed, len(rest)))))
+    """Fingerprint the timed calls `must` (batch, call) and a random sample of the others, chosen now that they
+    ran, at least verdict.verified_count of them, against the reference's answers for the same inputs; calls
+    numbered across batches. Nothing in a reply exempts a call: a call the worker says a later call overwrote
+    fails (its output was reused), as do a call with no fingerprints and a batch with too few samples."""
+    batches = [(base, r.get("calls") or {}, int(r.get("unsampled", 0)) + len(r["device_us"])) for base, r in replies]
+    offsets = [sum(n for _, _, n in batches[:b]) for b in range(len(batches))]
+    out = [TimedVerification(offsets[b], base, ok=False, phase="timed (short answer)")
+           for b, (base, r) in enumerate(replies) if len(r["device_us"]) < verdict.MIN_TIMED_SAMPLES]
+    every = [(b, i) for b, (_, _, n) in enumerate(batches) for i in range(n)]
+    reused = [(b, i) for b, i in every if batches[b][1].get(str(i)) == OVERWRITTEN]
+    out += [TimedVerification(offsets[b] + i, derive(batches[b][0], i), ok=False, reused=True) for b, i in reused]
+    chosen = set(must) & set(every) - set(reused)
+    rest = [c for c in every if c not in chosen and c not in reused]
+    k = max(ce.plan.config.check.verify_timed, verdict.verified_count(len(every)) - len(chosen))
+    sample = sorted(chosen | set(secrets.SystemRandom().sample(rest, min(k, len(rest)))))
     seeds = {(b, i): derive(batches[b][0], i) for b, i in sample}
     fps = ce.lane.ref.fingerprints(ce.lane.store, shape, list(seeds.values()), projection)
-    offsets = [sum(n for _, _, n in batches[:b]) for b in range(len(batches))]
-    out = []
     for b, i in sample:
         mine, want = batches[b][1].get(str(i)), fps[seeds[(b, i)]]
         if not isinstance(mine, list) or len(mine) != 3:
@@ -162,6 +167,9 @@ def judge_clock_rounds(ce, shape: Shape, ev: Evidence, base: int, projection: bo
     except (RuntimeError, WorkerGone):
         pass
     want = ce.lane.ref.fingerprints(ce.lane.store, shape, [s for _, s, _ in calls], projection)
+    answered = {s for _, s, _ in calls}
+    ev.timed += [TimedVerification(k, derive(base, k), ok=False, phase="judge's clock (no answer)")
+                 for k in range(0, rounds, 2) if derive(base, k) not in answered]
     verified = []
     for k, (us, seed, fp) in enumerate(calls):
         ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)

@@ -27,7 +27,10 @@ INFO = {
     "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
     "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
     "own_kernel_not_launched": "a forward under the GPU profiler launched none of the kernels the source defines",
+    "weak_check": "an output's reference values are too close to one constant for the check to tell them apart; "
+                  "not ranked",
 }
+UNRANKED = {"weak_check"}
 RUNTIME_DECIDED = "torch_compute_in_forward"
 """The static warning that the launched kernels replace where the GPU profiler saw them."""
 
@@ -48,6 +51,14 @@ PROJECTION_SIGMAS = 20.0          # a verified timed call's projection may diffe
                                   # standard deviations of an honest output's error (worker/fingerprint.py)
 FAST_TAIL_QUANTILE = 2.0          # every timed call at or under twice the speedup's quantile is verified ...
 FAST_TAIL_MAX = 256               # ... up to 256 of them, or more where that many do not reach the quantile
+VERIFY_MIN_CALLS = 20             # at least 20 timed calls of every shape are verified ...
+VERIFY_MIN_SHARE = 0.10           # ... and at least 10% of them: a candidate wrong on a share s of its calls
+                                  # passes with probability (1 - s)^k, under 1e-9 at s = 10% where k >= 200
+MIN_TIMED_SAMPLES = 2             # the worker's loop returns at least two samples whatever its budget
+WEAK_FRACTION = 0.5               # where the best constant (zero or the reference's mean) passes the
+                                  # tolerance, an answer's RMS error must be under half the constant's
+WEAK_RESOLUTION_ULPS = 16         # a spread under 16 units in the last place of the largest |value| cannot be
+                                  # checked on its own scale (rounding alone moves an honest answer that far)
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,11 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
         flags["work_outside_timing"] = f"threads left running: {', '.join(e.timing_py_threads[:3])}"
     if e.timing_thread_growth:
         flags["work_outside_timing"] = "native threads were started during timed calls"
-    bad = [v for v in e.timed if not v.ok]
+    reused = [v for v in e.timed if v.reused]
+    if reused:
+        flags["replayed_output"] = (f"{len(reused)} timed calls' outputs were returned again by a later call "
+                                    f"(first: call {reused[0].index}): a drop-in replacement returns fresh outputs")
+    bad = [v for v in e.timed if not v.ok and not v.reused]
     if bad:
         flags["timed_output_mismatch"] = (f"{len(bad)} of {len(e.timed)} verified timed calls gave wrong outputs "
                                           f"(first: {bad[0].phase} call {bad[0].index})")
@@ -155,12 +170,13 @@ def timer_contradicts(e: Evidence) -> bool:
 
 
 def info_flags(e: Evidence) -> list[str]:
+    weak = ["weak_check"] if any(c.comparison.weak for c in e.checks) else []
     if e.timing is None or e.device != "cuda":
-        return []
+        return weak
     launch_bound = bool(e.floor_launch_us) and e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us
     not_graph_safe = e.graph is None and bool(e.graph_message)
     return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe),
-                            ("own_kernel_not_launched", e.own_kernels is False)) if on]
+                            ("own_kernel_not_launched", e.own_kernels is False)) if on] + weak
 
 
 def decide(e: Evidence) -> Decision:
@@ -199,6 +215,11 @@ def decide(e: Evidence) -> Decision:
         return Decision("runtime_error", tuple(flags), "no timing was recorded")
     return Decision("correct", tuple(dict.fromkeys(flags + info_flags(e))), e.graph_message or "",
                     comparison=e.checks[-1].comparison if e.checks else None)
+
+
+def verified_count(n_calls: int) -> int:
+    """How many of a shape's n timed calls the judge verifies at least."""
+    return min(n_calls, max(VERIFY_MIN_CALLS, math.ceil(VERIFY_MIN_SHARE * n_calls)))
 
 
 def fast_tail(replies: list[dict], q: float) -> list[tuple[int, int]]:

@@ -1,5 +1,5 @@
-"""Honest, Python only, with a reused output buffer: every call rewrites the same tensor and returns it
-(an earlier call's output changes when the next call runs, as with a static output buffer)."""
+"""Cheat (issue class 1: output reuse): every call rewrites the same tensor and returns it, so an earlier
+call's output changes when the next call runs. A drop-in replacement returns fresh outputs."""
 
 import torch
 
