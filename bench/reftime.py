@@ -4,7 +4,7 @@ flushed, CUDA events around each call, median), in a fresh process with the user
 of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
 elementwise op); the candidate is the reference's own code, so its figure must agree too.
 
-    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--synced] [--variants plain,sync,fresh]
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--behind-flush] [--variants plain,sync,fresh]
 
 Exit 0 when every harness figure is within the tolerance of the plain median; 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
@@ -149,13 +149,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--synced", action="store_true", help="the harness with timing.launch_behind_flush: false "
-                    "(device synchronized after the flush, a call's launch gaps all count)")
+    ap.add_argument("--behind-flush", action="store_true", help="the harness with timing.launch_behind_flush: true "
+                    "(calls queued behind the flush, no host sync between)")
     ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, cublas")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="kbh-reftime-"))
     problems, solutions = write_problems(out / "suite")
-    behind = ", launch_behind_flush: false" if a.synced else ""
+    behind = ", launch_behind_flush: true" if a.behind_flush else ""
     (out / "suite.yaml").write_text(f"defaults:\n  timing: {{compile_reference: false{behind}}}\n")
     base = ["--problems", str(problems), "--device", "cuda", "--suite", str(out / "suite.yaml")]
     _, ref_out, rc1 = run_eval(*base, "--reference-only", "--out", str(out / "reference"))
