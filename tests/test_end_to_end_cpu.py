@@ -31,6 +31,7 @@ def test_bundled_cpu_solution_is_correct_on_every_shape(bundled):
         assert r["speedup"] > 0 and t["time_us"] > 0 and t["ref_time_us"] > 0
         assert r["check"]["max_abs_err"] == 0.0
         assert t["runs"] >= 5 and t["iqr_us"] >= 0
+        assert t["verified_calls"] >= min(t["runs"], 20) and t["verified_calls"] >= 0.1 * t["runs"]
         assert all(v > 0 for v in r["floors"].values())  # floors per shape
         assert_rounds_explain_speedup(r, rounds=5)
 

@@ -60,6 +60,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
         timing = TimingFigures(
             time_us=t.median_us, runs=t.runs, iqr_us=t.iqr_us, min_us=t.min_us, rse=t.rse,
             gpu_time_us=_median(ev.graph), judge_us=ev.judge_call_us,
+            verified_calls=sum(v.phase == "timed" for v in ev.timed),
             judge_noise_us=ev.judge_noise_us if ev.judge_call_us is not None else None, ref_time_us=ref_us, ref_compile_time_us=_median(ref_t.compiled),
             ref_gpu_time_us=_median(ref_t.graph), speedup_rounds=len(ev.rounds) or None,
             copy_ratio=copy_ratio if correct else None, bytes_min=ev.min_bytes or None,

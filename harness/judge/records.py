@@ -32,6 +32,7 @@ class TimingFigures:
     gpu_time_us: float | None = None  # CUDA-graph replay
     judge_us: float | None = None  # per verified call on the judge's own clock (round trip less a no-op's)
     judge_noise_us: float | None = None  # how far the two workers' no-op round trips disagree
+    verified_calls: int | None = None  # timed calls whose answers the judge checked (judge's clock not counted)
     ref_time_us: float | None = None
     ref_compile_time_us: float | None = None
     ref_gpu_time_us: float | None = None
