@@ -64,6 +64,7 @@ class Round:
     candidate: tuple[float, ...]
     copy: tuple[float, ...] = ()
     launch: tuple[float, ...] = ()
+    flush: tuple[float, ...] = ()  # with launches queued behind the flush: its length, on the reference's events
 
     def medians(self) -> dict:
         return {k: (round(quantile(sorted(v), 0.5), 3) if v else None)

@@ -197,3 +197,16 @@ def test_a_check_too_weak_to_tell_a_constant_is_correct_but_flagged_and_unranked
     d = decide(e)
     assert d.status == "correct" and "weak_check" in d.flags
     assert "weak_check" in decide(honest(device="cpu", checks=e.checks)).flags
+
+
+def test_host_work_hideable_behind_the_flush_is_taken_off_the_judges_clock_and_no_more():
+    """Queued behind the L2 flush, an honest launch-heavy call reports its device time while the judge's clock
+    also sees the host work that ran during the flush; the flush's length comes off, a larger gap still rejects."""
+    e = honest(median=26.0, judge_call_us=150.0)
+    e.reported_fast_us = 26.0
+    assert decide(e).status == "rejected"
+    e.hidden_us = 90.0
+    assert decide(e).status == "correct"
+    e.reported_fast_us = 2.0
+    d = decide(e)
+    assert d.status == "rejected" and "hideable behind the flush" in d.message

@@ -67,6 +67,7 @@ class Evidence:
     timed: list[TimedVerification] = field(default_factory=list)
     judge_call_us: float | None = None  # per verified call, on the judge's own clock
     judge_noise_us: float = 0.0  # how far the two workers' no-op round trips disagree
+    hidden_us: float = 0.0  # host work a call may hide behind the L2 flush (launch_behind_flush): the flush's length
     reported_fast_us: float | None = None  # the worker's reported times at the speedup's quantile
     judge_clock: dict | None = None  # the fastest call and no-op round trips of both workers (us)
     graph: Measurement | None = None

@@ -158,11 +158,12 @@ class ReferenceRunner:
         candidate's (stats.pooled_ratio). The candidate's calls go in later."""
         self._setup(shape, False)
         eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
-        launch = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True,
-                           floor="launch")["device_us"]
+        probe = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True, floor="launch")
+        launch = probe["device_us"]
+        flush = [s - d for s, d in zip(probe["span_us"], launch)] if loop.behind_flush else []
         copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
                          floor_bytes=min_bytes)["device_us"] if min_bytes else []
-        return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch))
+        return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch), flush=tuple(flush))
 
     def judge_timed(self, shape: Shape, seeds: list[int], projection: bool,
                     pause_builds: bool = False) -> tuple[list, list[float]]:

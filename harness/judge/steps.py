@@ -79,6 +79,8 @@ def timed_rounds(ce, shape: Shape, ev: Evidence, projection: bool, deadline: flo
         ev.rounds.append(dataclasses.replace(paired, candidate=tuple(r["device_us"])))
     if ev.rounds:
         floors(ev, [x for r in ev.rounds for x in r.launch], [x for r in ev.rounds for x in r.copy])
+        flush = [x for r in ev.rounds for x in r.flush]
+        ev.hidden_us = statistics.median(flush) if flush else 0.0
     return batches
 
 

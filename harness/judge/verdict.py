@@ -116,7 +116,9 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
         if timer_contradicts(e):
             what, reported = _reported(e)
             flags["timer_mismatch"] = (f"reported {reported:.1f} us ({what}), the judge's clock saw "
-                                       f"{e.judge_call_us:.1f} +- {e.judge_noise_us:.1f} us per verified call")
+                                       f"{e.judge_call_us:.1f} +- {e.judge_noise_us:.1f} us per verified call"
+                                       + (f", {e.hidden_us:.1f} us of it hideable behind the flush" if e.hidden_us
+                                          else ""))
         gbps = e.min_bytes / t.median_us / 1e3 if t.median_us > 0 else 0.0
         if e.copy_gbps and e.min_bytes >= max(2 * e.cache_bytes, 1) and gbps > FASTER_THAN_MEMORY_RATIO * e.copy_gbps:
             flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
@@ -162,11 +164,15 @@ def _reported(e: Evidence) -> tuple[str, float]:
 
 
 def timer_contradicts(e: Evidence) -> bool:
-    """The worker's reported times are well under what the judge's own clock saw per verified call."""
+    """The worker's reported times are well under what the judge's own clock saw per verified call. With launches
+    queued behind the L2 flush, up to the flush's length of a call's host work runs while the flush does and is
+    on the judge's clock only: that much (hidden_us, the flush timed by the reference worker) is taken off first,
+    so an honest call, reporting at least its device time plus its host work beyond the flush, always clears
+    the bound, and a forged report gains at most the flush's length."""
     if e.judge_call_us is None or e.timing is None:
         return False
     ratio, slack_us = TIMER_BOUND.get(e.device, TIMER_BOUND["cpu"])
-    return _reported(e)[1] < ratio * (e.judge_call_us - e.judge_noise_us) - slack_us
+    return _reported(e)[1] < ratio * (e.judge_call_us - e.judge_noise_us - e.hidden_us) - slack_us
 
 
 def info_flags(e: Evidence) -> list[str]:
