@@ -168,10 +168,11 @@ def resume_command(args: argparse.Namespace) -> None:
     """`--resume DIR` alone: the run's own command from its run.json; flags given again take precedence."""
     try:
         command = json.loads((Path(args.resume) / "run.json").read_text())["command"]
-        assert isinstance(command, dict) and command["config"]
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+    except (OSError, ValueError, KeyError, TypeError):
+        command = None
+    if not isinstance(command, dict) or not command.get("config"):
         raise UsageError(f"--resume {args.resume}: no run.json there that names its command (give the CONFIG "
-                         "again; a suite continues with the same --problems, --solutions and --out)") from None
+                         "again; a suite continues with the same --problems, --solutions and --out)")
     for key, value in command.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)

@@ -68,32 +68,39 @@ class _Moments:
             self.max_abs, self.min_abs = max(self.max_abs, float(a.max())), min(self.min_abs, float(a.min()))
         if diff is not None:
             self.err2 += float((diff.to(torch.float64) ** 2).sum())
+        self.alive = any(self.passing())
+
+    def passing(self) -> tuple[bool, bool]:
+        """Whether zero, and whether the middle of the values' range, lies within tolerance of every value."""
         t = self.tol
-        self.alive = (1 - t.rtol) * self.max_abs <= t.atol or (self.hi - self.lo) / 2 <= t.atol + t.rtol * self.min_abs
+        return ((1 - t.rtol) * self.max_abs <= t.atol,
+                (self.hi - self.lo) / 2 <= t.atol + t.rtol * self.min_abs)
 
 
-def weak_outputs(m: _Moments, tol: Tolerance, eps: float) -> tuple[str, float, bool] | None:
-    """Whether a constant answer would pass this tolerance: zero where every reference value lies within
+def weak_outputs(m: _Moments, eps: float) -> tuple[str, float, bool] | None:
+    """Whether a constant answer would pass the tolerance: zero where every reference value lies within
     tolerance of it, or the middle of the values' range (more than one value). Then the scale an answer is held
     to instead: the RMS distance from the reference to the nearest such constant; and whether that scale is
     below what rounding resolves, so that the check cannot tell the answer from the constant at all."""
     if m.n == 0 or not m.alive:
         return None
+    zero, middle = m.passing()
     mean = m.s1 / m.n
-    spread = math.sqrt(max(m.s2 / m.n - mean * mean, 0.0))
     scales = []
-    if m.max_abs > 0 and (1 - tol.rtol) * m.max_abs <= tol.atol:
+    if zero and m.max_abs > 0:
         scales.append(("zero", math.sqrt(m.s2 / m.n)))
-    if m.n > 1 and (m.hi - m.lo) / 2 <= tol.atol + tol.rtol * m.min_abs:
-        scales.append((f"{(m.lo + m.hi) / 2:.6g}", spread))
+    if middle and m.n > 1:
+        scales.append((f"{(m.lo + m.hi) / 2:.6g}", math.sqrt(max(m.s2 / m.n - mean * mean, 0.0))))
     if not scales:
         return None
     what, scale = min(scales, key=lambda x: x[1])
     return what, scale, scale <= WEAK_RESOLUTION_ULPS * eps * m.max_abs
 
 
-def _held_to_scale(m: _Moments, tol: Tolerance, eps: float) -> Comparison | None:
-    weak = weak_outputs(m, tol, eps)
+def _held_to_scale(m: _Moments, eps: float) -> Comparison | None:
+    """None where the tolerance alone decides; else the answer held to the output's own scale: a mismatch, or
+    ok and `weak` where that scale is below rounding."""
+    weak = weak_outputs(m, eps)
     if weak is None:
         return None
     what, scale, unresolved = weak
@@ -125,8 +132,8 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
             if not moments.alive:
                 break
             moments.add(rf[s:s + CHUNK].to(work))
-        weak = weak_outputs(moments, tol, eps) if floating else None
-        return Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0, weak=bool(weak and weak[2]))
+        weak = _held_to_scale(moments, eps) if floating else None  # no error: at most `weak`, never a mismatch
+        return Comparison(True, "ok", max_abs_err=0.0, max_rel_err=0.0, weak=weak is not None)
     max_abs = max_rel = 0.0
     bad_total, first, uninit = 0, None, False
     for s in range(0, rf.numel(), CHUNK):
@@ -154,7 +161,7 @@ def compare_tensor(ref: torch.Tensor, cand: torch.Tensor, tol: Tolerance) -> Com
             first = s + int(torch.nonzero(bad)[0, 0])
         bad_total += n_bad
     if not bad_total:
-        scaled = _held_to_scale(moments, tol, eps) if floating else None
+        scaled = _held_to_scale(moments, eps) if floating else None
         if scaled is not None and not scaled.ok:
             return replace(scaled, max_abs_err=max_abs, max_rel_err=max_rel)
         return Comparison(True, "ok", max_abs_err=max_abs, max_rel_err=max_rel, weak=scaled is not None)

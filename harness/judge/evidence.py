@@ -15,7 +15,7 @@ class Comparison:
     first_mismatch: tuple[int, ...] | None = None
     mismatches: int = 0
     uninitialized: bool = False
-    weak: bool = False  # an output the check cannot tell from a constant (compare.trivial_constant)
+    weak: bool = False  # an output the check cannot tell from a constant (compare.weak_outputs)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ def rows(records: list[Record]) -> list[dict]:
             for r in records]
 
 
+def _ranked(r: Record) -> bool:
+    return r.status == "correct" and not UNRANKED & set(r.flags)
+
+
 def summary(records: list[Record]) -> dict:
     """Geometric means per solution, and fast_p over solutions and over records, each counted only where the
     lower 95% bound clears p (for a solution, the geometric mean of its shapes' lower bounds). Records the
@@ -54,14 +58,14 @@ def summary(records: list[Record]) -> dict:
     for name in dict.fromkeys(r.solution for r in records):
         rs = [r for r in records if r.solution == name]
         ok = [r for r in rs if r.status == "correct"]
-        ranked = [r for r in ok if not UNRANKED & set(r.flags)]
+        ranked = [r for r in ok if _ranked(r)]
         sols[name] = {"shapes": len(rs), "correct": len(ok), "ranked": len(ranked),
                       "geomean_speedup": geomean(r.speedup for r in ranked),
                       "geomean_speedup_lo": geomean(_lower(r) for r in ranked),
                       "geomean_speedup_compile": geomean(r.speedup_compile for r in ranked),
                       "all_correct": len(ok) == len(rs)}
     per_solution = [s["geomean_speedup_lo"] if s["all_correct"] else None for s in sols.values()]
-    per_record = [_lower(r) if r.status == "correct" and not UNRANKED & set(r.flags) else None for r in records]
+    per_record = [_lower(r) if _ranked(r) else None for r in records]
     return {"solutions": sols, "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
             "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P}}
 

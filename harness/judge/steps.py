@@ -95,9 +95,10 @@ def verify_timed(ce, shape: Shape, replies: list[tuple[int, dict]], projection: 
     out = [TimedVerification(offsets[b], base, ok=False, phase="timed (short answer)")
            for b, (base, r) in enumerate(replies) if len(r["device_us"]) < verdict.MIN_TIMED_SAMPLES]
     every = [(b, i) for b, (_, _, n) in enumerate(batches) for i in range(n)]
-    reused = [(b, i) for b, i in every if batches[b][1].get(str(i)) == OVERWRITTEN]
-    out += [TimedVerification(offsets[b] + i, derive(batches[b][0], i), ok=False, reused=True) for b, i in reused]
-    chosen = set(must) & set(every) - set(reused)
+    reused = {(b, i) for b, i in every if batches[b][1].get(str(i)) == OVERWRITTEN}
+    out += [TimedVerification(offsets[b] + i, derive(batches[b][0], i), ok=False, reused=True)
+            for b, i in sorted(reused)]
+    chosen = set(must) & set(every) - reused
     rest = [c for c in every if c not in chosen and c not in reused]
     k = max(ce.plan.config.check.verify_timed, verdict.verified_count(len(every)) - len(chosen))
     sample = sorted(chosen | set(secrets.SystemRandom().sample(rest, min(k, len(rest)))))
@@ -155,10 +156,10 @@ def judge_clock_rounds(ce, shape: Shape, ev: Evidence, base: int, projection: bo
     the rounds, with every build paused (freeze): on a busy host the judge's wake-ups alone can add
     milliseconds to every round."""
     rounds = 2 * JUDGE_ROUNDS if freeze else JUDGE_ROUNDS
+    seeds = [derive(base, k) for k in range(rounds)]
     try:
         with ce.lane.tamper.gate.shared(), ce.lane.ref.turn(pause_builds=freeze):
-            calls, noops = judge_timed(ce.worker, [derive(base, k) for k in range(rounds)], projection,
-                                       deadline - time.monotonic())
+            calls, noops = judge_timed(ce.worker, seeds, projection, deadline - time.monotonic())
     except RuntimeError as e:
         raise CandidateFailure(f"forward during the judge's clock: {e}") from None
     ref_calls, ref_noops = [], []
@@ -170,8 +171,8 @@ def judge_clock_rounds(ce, shape: Shape, ev: Evidence, base: int, projection: bo
         pass
     want = ce.lane.ref.fingerprints(ce.lane.store, shape, [s for _, s, _ in calls], projection)
     answered = {s for _, s, _ in calls}
-    ev.timed += [TimedVerification(k, derive(base, k), ok=False, phase="judge's clock (no answer)")
-                 for k in range(0, rounds, 2) if derive(base, k) not in answered]
+    ev.timed += [TimedVerification(k, seeds[k], ok=False, phase="judge's clock (no answer)")
+                 for k in range(0, rounds, 2) if seeds[k] not in answered]
     verified = []
     for k, (us, seed, fp) in enumerate(calls):
         ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
