@@ -4,11 +4,12 @@ flushed, CUDA events around each call, median), in a fresh process with the user
 of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
 elementwise op); the candidate is the reference's own code, so its figure must agree too.
 
-    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--behind-flush] [--variants plain,sync,fresh]
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held]
 
 Exit 0 when every harness figure is within the tolerance of the plain median; 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
-before each call), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
+before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
+held for 16 calls, as the harness's timed batches do), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
 """
 
 from __future__ import annotations
@@ -104,17 +105,23 @@ for _ in range(10):
     model(*inputs)
 torch.cuda.synchronize()
 times = []
+sets = [draw(k + 2) for k in range(16)] if "held" in variant else []
+held = []
 for k in range(n):
     if "fresh" in variant:
         inputs = draw(k + 2)
+    if sets:
+        inputs = sets[k % 16]
     flush.zero_()
     if "sync" in variant:
         torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
-    model(*inputs)
+    out = model(*inputs)
     b.record()
     torch.cuda.synchronize()
+    held = (held + [out])[-16:] if sets else held
+    del out
     times.append(a.elapsed_time(b) * 1e3)
 times.sort()
 print(json.dumps({"median_us": times[len(times) // 2], "min_us": times[0], "runs": len(times)}))
@@ -149,14 +156,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--behind-flush", action="store_true", help="the harness with timing.launch_behind_flush: true "
-                    "(calls queued behind the flush, no host sync between)")
+    ap.add_argument("--timing", default="", help="more timing settings for the harness, flow style: "
+                    "'min_runs: 100, warmup_ms: 50'")
     ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, cublas")
     a = ap.parse_args()
     out = a.out or Path(tempfile.mkdtemp(prefix="kbh-reftime-"))
     problems, solutions = write_problems(out / "suite")
-    behind = ", launch_behind_flush: true" if a.behind_flush else ""
-    (out / "suite.yaml").write_text(f"defaults:\n  timing: {{compile_reference: false{behind}}}\n")
+    more = f", {a.timing}" if a.timing else ""
+    (out / "suite.yaml").write_text(f"defaults:\n  timing: {{compile_reference: false{more}}}\n")
     base = ["--problems", str(problems), "--device", "cuda", "--suite", str(out / "suite.yaml")]
     _, ref_out, rc1 = run_eval(*base, "--reference-only", "--out", str(out / "reference"))
     _, run_out, rc2 = run_eval(*base, "--solutions", str(solutions), "--static-checks", "off",

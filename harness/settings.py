@@ -72,7 +72,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = False  # True: a call's launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = True  # a call's launches queue behind the L2 flush, as users time (clocks.py)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ class CandidateEvaluation:
         ref_t = self.lane.timings.get(shape.name, RefTiming())
         ev = Evidence(device=self.plan.device, static_errors=self.static_errors, static_warnings=self.static_warnings,
                       static_policy=self.plan.static_policy, min_bytes=ref.min_bytes, cache_bytes=self.lane.cache_bytes,
-                      empty_gap_us=ref_t.empty_gap_us, reference_error=ref.error)
+                      empty_gap_us=ref_t.empty_gap_us, hidden_us=ref_t.flush_us, reference_error=ref.error)
         floors(ev, [m.median_us for m in [ref_t.floor_launch] if m],
                      [m.median_us for m in [ref_t.floor_copy] if m])
         if not ref.error:

@@ -38,6 +38,7 @@ class RefTiming:
     floor_read: Measurement | None = None
     floor_copy: Measurement | None = None
     empty_gap_us: float | None = None  # the host's wait past the last event of an empty call (floor_launch's)
+    flush_us: float = 0.0  # the L2 flush's length before an empty call queued behind it (launch_behind_flush)
     compile_error: str | None = None
     compiled_from: str = "timed"  # or "baseline": the baseline's compiled/eager ratio times this eager
     error: str | None = None
@@ -141,6 +142,8 @@ class ReferenceRunner:
                                 floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
             t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
             t.empty_gap_us = statistics.median(h - s for h, s in zip(floors[0]["host_us"], floors[0]["span_us"]))
+            if device == "cuda" and self.plan.loop.behind_flush:
+                t.flush_us = statistics.median(s - d for s, d in zip(floors[0]["span_us"], floors[0]["device_us"]))
             if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
                 try:
                     g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name),
@@ -160,7 +163,7 @@ class ReferenceRunner:
         eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
         probe = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True, floor="launch")
         launch = probe["device_us"]
-        flush = [s - d for s, d in zip(probe["span_us"], launch)] if loop.behind_flush else []
+        flush = [s - d for s, d in zip(probe["span_us"], launch)] if self.plan.device == "cuda" and loop.behind_flush else []
         copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
                          floor_bytes=min_bytes)["device_us"] if min_bytes else []
         return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch), flush=tuple(flush))

@@ -80,7 +80,7 @@ def timed_rounds(ce, shape: Shape, ev: Evidence, projection: bool, deadline: flo
     if ev.rounds:
         floors(ev, [x for r in ev.rounds for x in r.launch], [x for r in ev.rounds for x in r.copy])
         flush = [x for r in ev.rounds for x in r.flush]
-        ev.hidden_us = statistics.median(flush) if flush else 0.0
+        ev.hidden_us = statistics.median(flush) if flush else ev.hidden_us
     return batches
 
 
