@@ -4,12 +4,13 @@ flushed, CUDA events around each call, median), in a fresh process with the user
 of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
 elementwise op); the candidate is the reference's own code, so its figure must agree too.
 
-    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held]
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,pin,spin]
 
 Exit 0 when every harness figure is within the tolerance of the plain median; 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
-held for 16 calls, as the harness's timed batches do), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
+held for 16 calls, as the harness's timed batches do), `pin` (the process on one core, as a lane's workers
+are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
 """
 
 from __future__ import annotations
@@ -90,10 +91,15 @@ def get_init_inputs():
 SELF = "import torch\nfrom {stem} import Model as _Ref\n\n\nclass ModelNew(_Ref):\n    pass\n"
 
 PLAIN = r'''
-import json, sys, torch
+import json, os, sys, torch
 sys.path.insert(0, sys.argv[1])
 from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
+from harness.worker.clocks import prefer_spin_wait
 path, variant, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+if "pin" in variant:
+    os.sched_setaffinity(0, [max(os.sched_getaffinity(0))])
+if "spin" in variant:
+    prefer_spin_wait()
 ns = load_namespace(ProblemSource("p", path, open(path).read()))
 torch.set_grad_enabled(False)
 model = build_model(ns["Model"], ns, 1, "cuda")

@@ -12,7 +12,7 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-SANDBOX_ALLOWLIST = ("cpu",)
+SANDBOX_ALLOWLIST = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their scratch, TMPDIR, caches and device nodes (an
 allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches: the
 allowlist has not passed the GPU acceptance run, where the CUDA driver's own writes would meet it."""
