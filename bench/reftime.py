@@ -4,12 +4,12 @@ flushed, CUDA events around each call, median), in a fresh process with the user
 of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
 elementwise op); the candidate is the reference's own code, so its figure must agree too.
 
-    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,pin,spin]
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
 
 Exit 0 when every harness figure is within the tolerance of the plain median; 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
-held for 16 calls, as the harness's timed batches do), `pin` (the process on one core, as a lane's workers
+held for 16 calls, as the harness's timed batches do), `onecore` (the process on one core, as a lane's workers
 are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
 """
 
@@ -96,7 +96,7 @@ sys.path.insert(0, sys.argv[1])
 from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
 from harness.worker.clocks import prefer_spin_wait
 path, variant, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
-if "pin" in variant:
+if "onecore" in variant:
     os.sched_setaffinity(0, [max(os.sched_getaffinity(0))])
 if "spin" in variant:
     prefer_spin_wait()
