@@ -40,6 +40,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
                 times_file: str | None, profile: dict | None) -> Record:
     d = verdict.decide(ev)
     correct = d.status == "correct"
+    flags = list(d.flags)
     t = ev.timing
     timing = floors = speedup = speedup_compile = speedup_ci = speedup_compile_ci = None
     if t is not None:
@@ -48,6 +49,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
         if correct:
             speedup, speedup_compile = eager, compiled
             speedup_ci = list(ci) if ci else None
+            flags += verdict.figure_flags(eager, ci)
             if ci and eager and compiled:  # chained: the compiled/eager ratio scales both bounds
                 speedup_compile_ci = [b * compiled / eager for b in ci]
         copies = [x for r in ev.rounds for x in r.copy]
@@ -76,7 +78,7 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
     diagnostics = Diagnostics([r.medians() for r in ev.rounds], times_file, ev.judge_clock) if ev.rounds else None
     return Record(solution=cand.name, problem=plan.problem.name, shape=shape.name, status=d.status,
                   level=level_of(plan.problem.path),
-                  flags=list(d.flags), message=d.message, speedup=speedup, speedup_compile=speedup_compile,
+                  flags=flags, message=d.message, speedup=speedup, speedup_compile=speedup_compile,
                   speedup_ci=speedup_ci, speedup_compile_ci=speedup_compile_ci,
                   check=check, timing=timing, floors=floors, diagnostics=diagnostics, device=lane.device_name,
                   lane=lane.index, solution_path=str(cand.path), log=log, profile=profile)

@@ -23,8 +23,11 @@ def _fmt(x: float | None, spec: str, unit: str = "") -> str:
 
 
 def _speedup(d: dict, unit: str = "x") -> str:
-    """A speedup whose 95% interval holds 1 reads as ~1x: it is not shown to be faster or slower."""
+    """A speedup whose 95% interval holds 1 reads as ~1x: it is not shown to be faster or slower; an unstable
+    one has no point figure, only its interval."""
     lo, hi = d["speedup_lo"], d["speedup_hi"]
+    if "unstable" in d["flags"].split():
+        return "?"
     return f"~1{unit}" if lo is not None and lo <= 1 <= hi else _fmt(d["speedup"], ".2f", unit)
 
 
@@ -32,7 +35,7 @@ def _interval(d: dict) -> str:
     return "-" if d["speedup_lo"] is None else f"[{d['speedup_lo']:.2f}, {d['speedup_hi']:.2f}]"
 
 
-def _lower(r: Record) -> float | None:
+def lower(r: Record) -> float | None:
     """The speedup's lower 95% bound; the speedup itself where it has no interval."""
     return r.speedup_ci[0] if r.speedup_ci else r.speedup
 
@@ -46,26 +49,28 @@ def rows(records: list[Record]) -> list[dict]:
             for r in records]
 
 
-def _ranked(r: Record) -> bool:
+def ranked(r: Record) -> bool:
+    """Correct, and not left out of rankings by the verdict (verdict.UNRANKED)."""
     return r.status == "correct" and not UNRANKED & set(r.flags)
 
 
 def summary(records: list[Record]) -> dict:
     """Geometric means per solution, and fast_p over solutions and over records, each counted only where the
     lower 95% bound clears p (for a solution, the geometric mean of its shapes' lower bounds). Records the
-    verdict leaves unranked (a check too weak to tell an answer from a constant) count in neither."""
+    verdict leaves unranked (a check too weak to tell an answer from a constant, an unstable speedup) count in
+    neither."""
     sols = {}
     for name in dict.fromkeys(r.solution for r in records):
         rs = [r for r in records if r.solution == name]
         ok = [r for r in rs if r.status == "correct"]
-        ranked = [r for r in ok if _ranked(r)]
-        sols[name] = {"shapes": len(rs), "correct": len(ok), "ranked": len(ranked),
-                      "geomean_speedup": geomean(r.speedup for r in ranked),
-                      "geomean_speedup_lo": geomean(_lower(r) for r in ranked),
-                      "geomean_speedup_compile": geomean(r.speedup_compile for r in ranked),
+        top = [r for r in ok if ranked(r)]
+        sols[name] = {"shapes": len(rs), "correct": len(ok), "ranked": len(top),
+                      "geomean_speedup": geomean(r.speedup for r in top),
+                      "geomean_speedup_lo": geomean(lower(r) for r in top),
+                      "geomean_speedup_compile": geomean(r.speedup_compile for r in top),
                       "all_correct": len(ok) == len(rs)}
     per_solution = [s["geomean_speedup_lo"] if s["all_correct"] else None for s in sols.values()]
-    per_record = [_lower(r) if _ranked(r) else None for r in records]
+    per_record = [lower(r) if ranked(r) else None for r in records]
     return {"solutions": sols, "fast_p": {f"{p:g}": fast_p(per_solution, p) for p in FAST_P},
             "fast_p_records": {f"{p:g}": fast_p(per_record, p) for p in FAST_P}}
 

@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..stats import geomean
 from .config import config_from, load_config, read_yaml
 from .records import Record
-from .report import FAST_P
+from .report import FAST_P, lower, ranked
 
 SECTIONS = ("shapes", "cpu_shapes", "check", "timing", "build", "timeouts", "static_checks")
 
@@ -135,22 +135,20 @@ def prebuild(args: argparse.Namespace, found: dict[Path, list[Path]], suite: dic
                   f"cache in {time.monotonic() - t0:.0f} s")
 
 
-def _lower(r: Record) -> float | None:
-    return r.speedup_ci[0] if r.speedup_ci else r.speedup
-
-
 def suite_rows(records: list[Record]) -> list[dict]:
-    """One row per problem x candidate: correct on every shape, geometric means over its shapes."""
+    """One row per problem x candidate: correct on every shape, ranked where every shape is (report.ranked),
+    geometric means over its shapes."""
     keys = list(dict.fromkeys((r.problem, r.solution) for r in records))
     rows = []
     for prob, sol in keys:
         rs = [r for r in records if (r.problem, r.solution) == (prob, sol)]
         ok = all(r.status == "correct" for r in rs)
-        rows.append({"problem": prob, "level": rs[0].level, "solution": sol, "correct": ok,
+        rank = ok and all(ranked(r) for r in rs)
+        rows.append({"problem": prob, "level": rs[0].level, "solution": sol, "correct": ok, "ranked": rank,
                      "status": "correct" if ok else next(r.status for r in rs if r.status != "correct"),
-                     "speedup": geomean(r.speedup for r in rs) if ok else None,
-                     "speedup_lo": geomean(_lower(r) for r in rs) if ok else None,
-                     "speedup_compile": geomean(r.speedup_compile for r in rs) if ok else None})
+                     "speedup": geomean(r.speedup for r in rs) if rank else None,
+                     "speedup_lo": geomean(lower(r) for r in rs) if rank else None,
+                     "speedup_compile": geomean(r.speedup_compile for r in rs) if rank else None})
     return rows
 
 
@@ -162,7 +160,7 @@ def aggregate(rows: list[dict]) -> dict:
     groups["overall"] = rows
     return {name: {"rows": len(rs), "correct_rate": sum(r["correct"] for r in rs) / len(rs),
                    "geomean_speedup": geomean(r["speedup"] for r in rs),
-                   "fast_p": {f"{p:g}": sum(1 for r in rs if r["correct"] and (r["speedup_lo"] or 0) > p) / len(rs)
+                   "fast_p": {f"{p:g}": sum(1 for r in rs if r["ranked"] and (r["speedup_lo"] or 0) > p) / len(rs)
                               for p in FAST_P}}
             for name, rs in groups.items() if rs}
 

@@ -29,8 +29,9 @@ INFO = {
     "own_kernel_not_launched": "a forward under the GPU profiler launched none of the kernels the source defines",
     "weak_check": "an output's reference values are too close to one constant for the check to tell them apart; "
                   "not ranked",
+    "unstable": "the speedup's 95% interval reaches beyond 1.5x either side of it: no point figure; not ranked",
 }
-UNRANKED = {"weak_check"}
+UNRANKED = {"weak_check", "unstable"}
 RUNTIME_DECIDED = "torch_compute_in_forward"
 """The static warning that the launched kernels replace where the GPU profiler saw them."""
 
@@ -57,6 +58,7 @@ VERIFY_MIN_SHARE = 0.10           # ... and at least 10% of them: a candidate wr
 MIN_TIMED_SAMPLES = 2             # the worker's loop returns at least two samples whatever its budget
 WEAK_FRACTION = 0.5               # where the best constant (zero or the reference's mean) passes the
                                   # tolerance, an answer's RMS error must be under half the constant's
+UNSTABLE_RATIO = 1.5              # issue spec: a speedup whose 95% interval reaches past 1.5x either side of it
 WEAK_RESOLUTION_ULPS = 16         # a spread under 16 units in the last place of the largest |value| cannot be
                                   # checked on its own scale (rounding alone moves an honest answer that far)
 
@@ -183,6 +185,14 @@ def info_flags(e: Evidence) -> list[str]:
     not_graph_safe = e.graph is None and bool(e.graph_message)
     return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe),
                             ("own_kernel_not_launched", e.own_kernels is False)) if on] + weak
+
+
+def figure_flags(speedup: float | None, interval: tuple[float, float] | None) -> list[str]:
+    """Flags of a correct record's speedup, read once its figures are computed from the evidence."""
+    if not speedup or not interval:
+        return []
+    lo, hi = interval
+    return ["unstable"] if lo <= 0 or speedup / lo > UNSTABLE_RATIO or hi / speedup > UNSTABLE_RATIO else []
 
 
 def decide(e: Evidence) -> Decision:
