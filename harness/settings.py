@@ -14,8 +14,10 @@ PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`
 DEVICES = ("cuda", "cpu")
 SANDBOX_ALLOWLIST = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their scratch, TMPDIR, caches and device nodes (an
-allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches: the
-allowlist has not passed the GPU acceptance run, where the CUDA driver's own writes would meet it."""
+allowlist); on any other they may write anywhere but the repo, the run's files and the reference's caches."""
+IDLE_WARMUP_MS = 100.0
+"""The warm-up of a reference's first timing of a shape (LoopSettings.from_idle): on an H100 the eager baseline of
+a launch-bound reference timed with 25 ms of warm-up in a fresh run read 6% over its paired rounds later on."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,11 @@ class LoopSettings:
     def one_off(self) -> LoopSettings:
         """The reference's per-shape timings (eager, compiled back to back): half the candidate's budget."""
         return replace(self, budget_s=self.budget_s / 2)
+
+    def from_idle(self) -> LoopSettings:
+        """The first timing after the device may have idled (a worker's first of a shape): warm-up of at least
+        IDLE_WARMUP_MS, so an idle GPU's clocks have risen before the first sample."""
+        return replace(self, warmup_ms=max(self.warmup_ms, IDLE_WARMUP_MS))
 
     def short(self) -> LoopSettings:
         """CUDA-graph replays (no launch gaps) and the floors' stand-ins: fewer runs, at most 0.5 s."""
