@@ -7,7 +7,8 @@ the repo root, as a new user's first run on a new machine would be:
 3. suite: a `--problems` suite of our own KernelBench-format problems with honest CUDA kernels of several costs
    (bench/acceptance/, no torch.compile reference): every record correct, no integrity flag.
 4. triton: bench/suite.py's 20 problems with Triton candidates, one pass: every record correct.
-5. tests: the `gpu` tests that reuse the main run (bundled solutions, Triton backends, draws, reference timing).
+5. tests: the `gpu` tests that reuse the main run (bundled solutions, Triton backends, draws, reference timing), and
+   the allowlist sandbox on a CUDA run.
 
     python bench/acceptance.py [--deadline 540] [--out DIR] [--skip STEP ...]
 
@@ -29,9 +30,9 @@ from _common import REPO, records
 
 INFO = {"launch_bound", "not_graph_safe", "own_kernel_not_launched", "unstable", "weak_check"}
 CAP_S = {"main": 150, "reftime": 150, "suite": 180, "triton": 180}  # a step that hangs leaves the others time
-TESTS = ["tests/gpu/test_gpu_harness.py", "tests/gpu/test_backends.py", "tests/gpu/test_problem_draw.py", "-k",
-         "fast_solution or original_kernel or reference_timed or floors_and_flush or forked_from_a_server or triton "
-         "or draw"]  # tests/gpu/test_reference_timing.py is step 2
+TESTS = ["tests/gpu/test_gpu_harness.py", "tests/gpu/test_backends.py", "tests/gpu/test_problem_draw.py",
+         "tests/gpu/test_sandbox_gpu.py", "-k", "fast_solution or original_kernel or reference_timed or floors_and_flush "
+         "or forked_from_a_server or triton or draw or nowhere_else"]  # tests/gpu/test_reference_timing.py is step 2
 
 
 def integrity(r: dict) -> list[str]:
