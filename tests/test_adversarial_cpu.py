@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
     for r in adversarial.records:
-        if r["solution"] not in ("python_cpu", "temp_files", "alias_input"):
+        if r["solution"] not in ("python_cpu", "temp_files", "alias_input", "escaped_daemon"):
             assert r["status"] != "correct", r
 
 
@@ -91,6 +92,25 @@ def test_forged_writes_are_refused_where_the_sandbox_runs_and_undone_where_not(a
         assert any(x.startswith("/proc/1/root/") and x.endswith("results.jsonl: Permission denied") for x in refused)
     else:
         assert r["status"] == "rejected" and "tampered_files" in r["flags"], r
+
+
+def _named(comm: str) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() == comm:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_daemon_left_outside_the_worker_never_runs_while_it_is_stopped_nor_outlives_the_run(adversarial):
+    r = adversarial.by("escaped_daemon", "tiny")
+    assert r["status"] == "correct", r  # its answers are honest; what it left behind is killed
+    log = (adversarial.out / "logs" / "escaped_daemon.log").read_text()
+    assert "ran while the worker was stopped" not in log
+    assert _named("kbh-escaped") == []
 
 
 def test_forgery_leaves_no_trace(adversarial):

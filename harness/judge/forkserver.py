@@ -151,6 +151,12 @@ class ForkServer:
                 return None
         return LOST
 
+    def sweep(self) -> list[int]:
+        """Kill what the workers and builds left running outside their process groups (forkserver_main.sweep)."""
+        with self.lock:
+            reply = self._ask({"op": "sweep"}) if self.status == "ready" else None
+        return (reply or {}).get("killed", [])
+
     def _stop_server(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -158,6 +164,8 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (its forked workers are the judge's to stop) and drop its log."""
+        if self.status == "ready":
+            self.sweep()
         if self.status in ("starting", "ready"):
             self.status = "closed"
         self._stop_server()

@@ -39,15 +39,43 @@ def describe_exit(code: int | None) -> str:
     return f"worker exited with code {code}"
 
 
+def _descendants_elsewhere(leaders: list[int]) -> list[int]:
+    """Descendants of the leaders in a process group other than their leader's (a child that called setsid)."""
+    parent, group = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
+    out = []
+    for pid in parent:
+        up, seen = parent[pid], 0
+        while up > 1 and up not in leaders and seen < 64:
+            up, seen = parent.get(up, 0), seen + 1
+        if up in leaders and group[pid] != up:
+            out.append(pid)
+    return out
+
+
 @contextlib.contextmanager
 def groups_stopped(pids):
-    """The process groups led by pids stopped (SIGSTOP) meanwhile, continued (SIGCONT) after. SIGSTOP lands
-    asynchronously, so each leader is awaited until the kernel reports it stopped (or gone)."""
-    stopped = []
+    """The process groups led by pids stopped (SIGSTOP) meanwhile, with any descendant that left its group and,
+    first, what workers and builds left behind killed (ForkServer.sweep); continued (SIGCONT) after. SIGSTOP
+    lands asynchronously, so each leader is awaited until the kernel reports it stopped (or gone)."""
+    server = forkserver.current()
+    if server is not None and pids:
+        server.sweep()
+    stopped, singles = [], []
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGSTOP)
             stopped.append(pid)
+    for _ in range(2):  # again for any started while the first were being stopped
+        for pid in _descendants_elsewhere(stopped):
+            if pid not in singles:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+                    singles.append(pid)
     for pid in stopped:
         stat, end = Path(f"/proc/{pid}/stat"), time.monotonic() + 0.5
         with contextlib.suppress(OSError, IndexError):  # unreadable: gone
@@ -59,6 +87,9 @@ def groups_stopped(pids):
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
+        for pid in singles:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
 
 
 class WorkerHandle:

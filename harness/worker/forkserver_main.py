@@ -15,6 +15,7 @@ import time
 import traceback
 
 CUDA_ERROR_NOT_INITIALIZED = 3
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def cuda_loaded() -> bool:
@@ -67,7 +68,34 @@ def _child(ctrl: socket.socket, fds: list[int], msg: dict) -> None:
         os._exit(code)
 
 
+def _orphans(children: set[int]) -> list[int]:
+    """This server's children it did not fork: processes a worker or build started and left (a daemon from a
+    double fork), handed here as the subreaper, not to init."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in children:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                        found.append(int(entry))
+    return found
+
+
+def sweep(children: set[int]) -> list[int]:
+    """Kill and reap every orphan: nothing a candidate started outlives the process it started from."""
+    found = _orphans(children)
+    for pid in found:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):
+                kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return found
+
+
 def serve(fd: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     ctrl = socket.socket(fileno=fd)
     t0 = time.monotonic()
     importlib.import_module("harness.worker.commands")
@@ -107,6 +135,8 @@ def serve(fd: int) -> None:
             except ChildProcessError:
                 children.discard(msg["pid"])
                 reply = {"lost": True}
+        elif msg["op"] == "sweep":
+            reply = {"killed": sweep(children)}
         for f in fds:
             os.close(f)
         ctrl.send(json.dumps(reply).encode())
@@ -116,11 +146,16 @@ def serve(fd: int) -> None:
 def _end(children: set[int]) -> None:
     """The judge's socket closed: the judge is gone (a normal stop kills this server first). Nothing else would
     stop the workers it left, a stopped one (frozen while the reference is timed) least of all, nor free their
-    GPU memory: each one's process group is killed. Unreaped, none of these pids can name another process."""
+    GPU memory: each one's process group is killed, and every orphan. Unreaped, none of these pids can name
+    another process."""
     for pid in children:
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(OSError):
                 kill(pid, signal.SIGKILL)
+    for pid in children:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    sweep(set())
     os._exit(0)
 
 
