@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, CONFIGS, REPO
+from harness import sandbox
 
 PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").rglob("*.py"))]
 
@@ -111,6 +112,22 @@ def test_a_daemon_left_outside_the_worker_never_runs_while_it_is_stopped_nor_out
     log = (adversarial.out / "logs" / "escaped_daemon.log").read_text()
     assert "ran while the worker was stopped" not in log
     assert _named("kbh-escaped") == []
+
+
+def test_frames_written_into_inherited_descriptors_are_never_read_as_figures(adversarial):
+    r = adversarial.by("fd_write", "tiny")
+    assert r["status"] != "correct" or r["speedup"] < 10, r
+    assert [x["status"] for x in adversarial.records if x["solution"] == "python_cpu"] == ["correct", "correct"]
+
+
+@pytest.mark.skipif(sandbox.abi_version() < 6, reason="signals are scoped from Landlock ABI 6 on")
+def test_a_candidate_cannot_stop_the_judge_or_other_workers(run_eval):
+    res = run_eval(CONFIGS / "cpu_adversarial.yaml", "--device", "cpu", "--shapes", "tiny", "--solution",
+                   str(CANDIDATES / "signals" / "signal_others.py"), str(CANDIDATES / "honest" / "python_cpu.py"))
+    assert res.rc == 0, res.stderr[-2000:]
+    assert res.by("python_cpu", "tiny")["status"] == "correct"
+    log = (res.out / "logs" / "signal_others.log").read_text()
+    assert "signal_others: refused" in log and "signal_others: stopped" not in log
 
 
 def test_forgery_leaves_no_trace(adversarial):
