@@ -121,13 +121,17 @@ def test_frames_written_into_inherited_descriptors_are_never_read_as_figures(adv
 
 
 @pytest.mark.skipif(sandbox.abi_version() < 6, reason="signals are scoped from Landlock ABI 6 on")
-def test_a_candidate_cannot_stop_the_judge_or_other_workers(run_eval):
+def test_a_candidate_cannot_stop_the_judge_or_other_workers_nor_write_its_own_memory(run_eval):
     res = run_eval(CONFIGS / "cpu_adversarial.yaml", "--device", "cpu", "--shapes", "tiny", "--solution",
-                   str(CANDIDATES / "signals" / "signal_others.py"), str(CANDIDATES / "honest" / "python_cpu.py"))
+                   str(CANDIDATES / "signals" / "signal_others.py"), str(CANDIDATES / "signals" / "proc_mem.py"),
+                   str(CANDIDATES / "honest" / "python_cpu.py"))
     assert res.rc == 0, res.stderr[-2000:]
     assert res.by("python_cpu", "tiny")["status"] == "correct"
     log = (res.out / "logs" / "signal_others.log").read_text()
     assert "signal_others: refused" in log and "signal_others: stopped" not in log
+    # and the allowlist leaves /proc/self/mem unwritable: nothing in the worker is rewritten past its checks
+    log = (res.out / "logs" / "proc_mem.log").read_text()
+    assert "proc_mem: refused" in log and "proc_mem: wrote" not in log
 
 
 def test_forgery_leaves_no_trace(adversarial):
