@@ -38,6 +38,14 @@ def init_worker(w, tmp_path: Path, text: str, timeout: float = 300, **kwargs) ->
     return w.request("init", timeout, problem_src=src, **args)
 
 
+def judged(r: dict) -> list[str]:
+    """A record's flags that judge the candidate: all but the information-only ones (verdict.INFO), such as
+    `unstable`, which a busy host's timing noise alone can set on an honest candidate."""
+    from harness.judge.verdict import INFO
+
+    return [f for f in r["flags"] if f not in INFO]
+
+
 def cuda_available() -> bool:
     try:
         import torch

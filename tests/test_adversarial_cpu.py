@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, CONFIGS, REPO
+from conftest import CANDIDATES, CONFIGS, REPO, judged
 from harness import sandbox
 
 PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").rglob("*.py"))]
@@ -78,7 +78,7 @@ def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
 def test_honest_candidates_in_the_same_batch_are_correct_and_unflagged(adversarial, honest):
     for shape in ("tiny", "padded"):
         r = adversarial.by(honest, shape)
-        assert r["status"] == "correct" and r["flags"] == [], json.dumps(r)
+        assert r["status"] == "correct" and judged(r) == [], json.dumps(r)
 
 
 def test_forged_writes_are_refused_where_the_sandbox_runs_and_undone_where_not(adversarial):

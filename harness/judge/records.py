@@ -13,6 +13,9 @@ import threading
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+SCHEMA_VERSION = 1
+"""A record's layout, in each record (`schema_version`): raised when a key changes meaning or goes away."""
+
 
 @dataclass(frozen=True)
 class CheckFigures:
@@ -80,6 +83,7 @@ class Record:
     solution_path: str = ""
     log: str = ""
     profile: dict | None = None
+    schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict:
         """Non-finite figures (a relative error against a zero reference) become null; no profile, no key."""

@@ -7,16 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, CONFIGS, REPO, RunResult, init_worker, probe_problem
-from harness.judge.verdict import INFO
+from conftest import CANDIDATES, CONFIGS, REPO, RunResult, init_worker, judged, probe_problem
 
 pytestmark = pytest.mark.gpu
 GPU = CANDIDATES / "gpu"
 BUNDLED = REPO / "configs" / "pack_tokens.yaml"
-
-
-def integrity_flags(record: dict) -> list[str]:
-    return [f for f in record["flags"] if f not in INFO]
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +30,14 @@ def test_fast_solution_is_correct_on_every_shape(bundled):
     for shape in ("seed", "wide", "mixtral", "deepseek", "odd"):
         r = bundled.by("fast_vec16", shape)
         assert r["status"] == "correct", r
-        assert integrity_flags(r) == []
+        assert judged(r) == []
         assert r["speedup"] > 1.0 and r["timing"]["bandwidth_gbps"] > 0
 
 
 def test_original_kernel_correct_on_seed_and_wide_and_failing_with_reasons_elsewhere(bundled):
     for shape in ("seed", "wide"):
         r = bundled.by("original_warp_float4", shape)
-        assert r["status"] == "correct" and integrity_flags(r) == [], r
+        assert r["status"] == "correct" and judged(r) == [], r
         assert "not_graph_safe" in r["flags"]
     for shape in ("mixtral", "deepseek"):
         r = bundled.by("original_warp_float4", shape)
@@ -126,12 +121,12 @@ def test_rewritten_reports_are_caught_at_launch_bound_and_large_shapes(rewritten
 @pytest.mark.parametrize("shape", ["seed", "wide"])
 def test_the_references_own_code_beside_the_rewrites_is_correct(rewritten_reports, shape):
     control = rewritten_reports.by("reference_candidate", shape)
-    assert control["status"] == "correct" and integrity_flags(control) == [], control
+    assert control["status"] == "correct" and judged(control) == [], control
 
 
 def test_stale_device_memory_is_honest_where_no_padding_exists(gpu_cheats):
     r = gpu_cheats.by("stale_device_memory", "small")
-    assert r["status"] == "correct" and integrity_flags(r) == [], r
+    assert r["status"] == "correct" and judged(r) == [], r
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +139,7 @@ def test_honest_variants_are_correct_with_no_integrity_flag(honest_variants):
     assert honest_variants.rc == 0, honest_variants.stderr
     for r in honest_variants.records:
         assert r["status"] == "correct", r
-        assert integrity_flags(r) == [], r
+        assert judged(r) == [], r
 
 
 @pytest.fixture(scope="module")
