@@ -1,6 +1,7 @@
 """The Python API returns the records the command line writes, from paths or source text, and an Evaluator called
 again and again in one process leaves no process behind; a KernelBench problem file runs without a YAML config."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,23 @@ def test_an_evaluator_called_repeatedly_gives_the_same_verdicts_and_leaks_no_pro
     assert [r["solution"] for r in first] == ["candidate_0", "vsub_wrong_cpp"]
     assert [(r["solution"], r["status"]) for r in one] == [("vadd_cpp", "correct")]
     assert live_children() == before
+
+
+def test_an_evaluator_compiles_a_reference_once_and_reuses_its_figure(build_cache, tmp_path):
+    config = tmp_path / "vadd.yaml"
+    config.write_text((CONFIGS / "cpu_vadd.yaml").read_text().replace("compile_reference: false", "compile_reference: true")
+                      .replace("../problems/", f"{CONFIGS.parent / 'problems'}/"))
+    with harness.Evaluator(device="cpu", cache=str(build_cache), seed=5) as ev:
+        first = ev.evaluate(config, [str(HONEST)], out=str(tmp_path / "first"))
+        again = ev.evaluate(config, [str(HONEST)], out=str(tmp_path / "again"))
+
+    def reference(run: str) -> dict:
+        return json.loads((tmp_path / run / "run.json").read_text())["reference_timings"]["0"]["small"]
+
+    assert reference("first")["compiled_from"] == "timed" and reference("first")["compiled"]["runs"] > 0
+    assert reference("again")["compiled_from"] == "baseline"  # no torch.compile the second time
+    assert [r["status"] for r in first] == [r["status"] for r in again] == ["correct"]
+    assert again[0]["speedup_compile"] > 0
 
 
 def test_api_bad_input_names_the_problem(build_cache):

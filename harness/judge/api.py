@@ -54,13 +54,16 @@ def _outside(value, folder: str):
 
 class Evaluator:
     """Evaluations one at a time in this process. Between calls it keeps the fork server (the parent of workers
-    and builds, torch already imported) and the build cache, so a loop does not pay their start each call.
-    close(), or leaving a with block, stops every process it started."""
+    and builds, torch already imported), the build cache and the reference timings it made, as a baseline of
+    its own (harness.judge.baseline: per problem source, shape, precision, on this machine), so a loop does
+    not pay their start or torch.compile each call; fresh seeds and the reference's outputs are drawn and
+    computed each call. close(), or leaving a with block, stops every process it started."""
 
     def __init__(self, *, device: str | None = None, quiet: bool = True, **options):
         self.defaults = self._checked(dict(options, device=device))
         self.console = Console(quiet=quiet, highlight=False)
         self._lock = threading.Lock()
+        self._known: dict = {}  # baseline entries of the references this Evaluator timed
 
     @staticmethod
     def _checked(options: dict) -> dict:
@@ -101,7 +104,10 @@ class Evaluator:
             else:
                 from .runner import Runner
 
-                Runner(plan, self.console, REPO_ROOT).run()
+                plan = replace(plan, baseline={**self._known, **(plan.baseline or {})})
+                runner = Runner(plan, self.console, REPO_ROOT)
+                runner.run()
+                self._known.update(runner.baseline_entries())
             lines = (plan.out_dir / "results.jsonl").read_text().splitlines()
             order = {key: i for i, key in enumerate((n, s.name) for n, _ in plan.solutions for s in plan.shapes)}
             records = [_outside(json.loads(line), tmp) for line in lines if line.strip()]  # in the order they finished

@@ -222,7 +222,8 @@ class Runner:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
 
-    def _write_baseline(self) -> None:
+    def baseline_entries(self) -> dict:
+        """The reference timings this run made (or scaled from its baseline), as baseline entries."""
         plan = self.plan
         timings = self.contexts[0].timings if self.contexts else {}
         entries = {}
@@ -235,6 +236,11 @@ class Runner:
                     **{k: m.to_json() if m else None for k, m in (("eager", t.eager), ("compiled", t.compiled),
                                                                    ("graph", t.graph))},
                     "compile_error": t.compile_error}
+        return entries
+
+    def _write_baseline(self) -> None:
+        plan = self.plan
+        entries = self.baseline_entries()
         baseline.write(plan.baseline_out, plan.device, entries)
         self.console.print(f"baseline: {len(entries)} of {len(plan.shapes)} shape(s) timed, in {plan.baseline_out}")
 
