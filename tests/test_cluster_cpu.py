@@ -143,3 +143,20 @@ def test_a_run_goes_to_the_cluster_it_names_and_leaves_the_callers_connection_al
         ray.shutdown()
         a.shutdown()
         b.shutdown()
+
+
+def test_a_suite_runs_over_the_cluster_with_the_verdicts_of_a_local_suite(cluster, build_cache, tmp_path):
+    c, _ = cluster
+    suite = REPO / "tests" / "suite"
+    run = subprocess.run([sys.executable, str(REPO / "run_eval.py"), "--problems", str(suite / "problems"),
+                          "--solutions", str(suite / "solutions"), "--suite", str(suite / "fast.yaml"), "--device",
+                          "cpu", "--seed", "21", "--cache", str(build_cache), "--out", str(tmp_path / "ray"),
+                          "--cluster", f"ray:{c.address}"], capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads((tmp_path / "ray" / "suite.json").read_text())["rows"]
+    assert sorted((r["problem"], r["solution"], r["status"]) for r in rows) == [
+        ("relu", "relu_cpp", "correct"), ("relu", "relu_wrong_cpp", "incorrect"), ("rowsum", "rowsum_cpp", "correct"),
+        ("vadd", "vadd_cpp", "correct")]
+    for problem in ("relu", "rowsum", "vadd"):
+        for line in (tmp_path / "ray" / problem / "results.jsonl").read_text().splitlines():
+            assert json.loads(line)["node"], line  # evaluated on a cluster lane

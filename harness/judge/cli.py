@@ -220,8 +220,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         if args.problems is not None:
             from .suite import run_suite
 
-            if args.cluster:
-                raise UsageError("--cluster runs one problem (a CONFIG or problem file), not a suite")
             records = run_suite(args, console, REPO_ROOT, make_plan)
             console.print(f"[dim]{report.FOOTNOTE}[/]")
             return exit_code(records, args.strict)

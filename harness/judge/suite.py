@@ -70,10 +70,21 @@ def problem_config(problem: Path, suite: dict, suite_path: str | None):
 
 
 def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_plan) -> list[Record]:
-    """Each problem through make_plan (the command line's) and a Runner; a problem that cannot run is named in
-    the tables and the suite goes on."""
+    """Each problem through make_plan (the command line's) and a Runner, or with --cluster over every lane of
+    the cluster, one problem after another; a problem that cannot run is named in the tables and the suite
+    goes on."""
     from .runner import Runner
 
+    if args.cluster and args.reference_only:
+        raise UsageError("--cluster: --reference-only runs on one host")
+    if args.cluster:
+        from .cluster import run_cluster
+
+        def run(plan) -> list[Record]:
+            return run_cluster(plan, console, repo_root, args.cluster)
+    else:
+        def run(plan) -> list[Record]:
+            return Runner(plan, console, repo_root).run()
     if not args.reference_only and (args.solutions is None or not Path(args.solutions).is_dir()):
         raise UsageError(f"--solutions {args.solutions}: expected the candidates' folder (one subfolder a problem)")
     if args.solution or args.resume:
@@ -87,7 +98,7 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     records: list[Record] = []
     skipped: dict[str, str] = {}
     found = {p: [] if args.reference_only else sorted((Path(args.solutions) / p.stem).glob("*.py")) for p in problems}
-    if not args.reference_only:
+    if not (args.reference_only or args.cluster):  # a cluster's lanes build where they run
         prebuild(args, found, suite, console, repo_root, make_plan)
     for problem, cands in found.items():
         if not cands and not args.reference_only:
@@ -100,7 +111,7 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
             plan = make_plan(sub, console, problem_config(problem, suite, args.suite))
             console.print(f"[bold]{problem.stem}[/]: {len(plan.solutions)} candidate(s) x {len(plan.shapes)} "
                           f"shape(s), output {plan.out_dir}")
-            records += Runner(plan, console, repo_root).run()
+            records += run(plan)
         except (UsageError, RuntimeError) as e:
             skipped[problem.stem] = str(e)
             console.print(f"[red]{problem.stem}: not run: {e}[/]")
