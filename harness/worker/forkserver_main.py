@@ -82,14 +82,16 @@ def _orphans(children: set[int]) -> list[int]:
 
 
 def sweep(children: set[int]) -> list[int]:
-    """Kill and reap every orphan: nothing a candidate started outlives the process it started from."""
+    """Kill every orphan, reaping those already gone without waiting (one holding a CUDA context takes a while
+    to go; the next sweep reaps it): nothing a candidate started outlives the process it started from."""
     found = _orphans(children)
     for pid in found:
         for kill in (os.killpg, os.kill):
             with contextlib.suppress(OSError):
                 kill(pid, signal.SIGKILL)
+    for pid in found:
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+            os.waitpid(pid, os.WNOHANG)
     return found
 
 
