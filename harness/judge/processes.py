@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import forkserver
 from .isolation import Identity
+from .stopping import descendants
 
 MAX_REPLY_BYTES = 64 * 2**20
 
@@ -41,19 +42,12 @@ def describe_exit(code: int | None) -> str:
 
 def _descendants_elsewhere(leaders: list[int]) -> list[int]:
     """Descendants of the leaders in a process group other than their leader's (a child that called setsid)."""
-    parent, group = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                parent[int(entry)], group[int(entry)] = int(fields[1]), int(fields[2])
     out = []
-    for pid in parent:
-        up, seen = parent[pid], 0
-        while up > 1 and up not in leaders and seen < 64:
-            up, seen = parent.get(up, 0), seen + 1
-        if up in leaders and group[pid] != up:
-            out.append(pid)
+    for leader in leaders:
+        for pid in descendants(leader):
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) != leader:
+                    out.append(pid)
     return out
 
 

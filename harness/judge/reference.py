@@ -142,8 +142,7 @@ class ReferenceRunner:
                                 floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
             t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
             t.empty_gap_us = statistics.median(h - s for h, s in zip(floors[0]["host_us"], floors[0]["span_us"]))
-            if device == "cuda" and self.plan.loop.behind_flush:
-                t.flush_us = statistics.median(s - d for s, d in zip(floors[0]["span_us"], floors[0]["device_us"]))
+            t.flush_us = statistics.median(self._flush_lengths(floors[0], device, self.plan.loop) or [0.0])
             if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
                 try:
                     g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name),
@@ -156,6 +155,14 @@ class ReferenceRunner:
         t.seconds = round(time.monotonic() - t0, 3)
         return t
 
+    @staticmethod
+    def _flush_lengths(launch_reply: dict, device: str, loop: LoopSettings) -> list[float]:
+        """How long the flush ran before each empty call queued behind it: its span less its device time; none
+        where calls are not queued behind the flush (the flush then hides no host work)."""
+        if device != "cuda" or not loop.behind_flush:
+            return []
+        return [s - d for s, d in zip(launch_reply["span_us"], launch_reply["device_us"])]
+
     def time_round(self, shape: Shape, base_seed: int, loop: LoopSettings, min_bytes: int) -> Round:
         """Short timings of the eager reference, an empty launch and the copy floor, for a round paired with a
         candidate's (stats.pooled_ratio). The candidate's calls go in later."""
@@ -163,7 +170,7 @@ class ReferenceRunner:
         eager = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=False)["device_us"]
         probe = self._ask("time", base_seed=base_seed, loop=loop.launch_probe().json(), verify=True, floor="launch")
         launch = probe["device_us"]
-        flush = [s - d for s, d in zip(probe["span_us"], launch)] if self.plan.device == "cuda" and loop.behind_flush else []
+        flush = self._flush_lengths(probe, self.plan.device, loop)
         copy = self._ask("time", base_seed=base_seed, loop=loop.json(), verify=True, floor="copy",
                          floor_bytes=min_bytes)["device_us"] if min_bytes else []
         return Round(reference=tuple(eager), candidate=(), copy=tuple(copy), launch=tuple(launch), flush=tuple(flush))

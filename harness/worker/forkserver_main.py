@@ -81,14 +81,19 @@ def _orphans(children: set[int]) -> list[int]:
     return found
 
 
+def _kill(pid: int) -> None:
+    """SIGKILL to the process group pid leads, and to pid itself where it leads none."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(OSError):
+            kill(pid, signal.SIGKILL)
+
+
 def sweep(children: set[int]) -> list[int]:
     """Kill every orphan, reaping those already gone without waiting (one holding a CUDA context takes a while
     to go; the next sweep reaps it): nothing a candidate started outlives the process it started from."""
     found = _orphans(children)
     for pid in found:
-        for kill in (os.killpg, os.kill):
-            with contextlib.suppress(OSError):
-                kill(pid, signal.SIGKILL)
+        _kill(pid)
     for pid in found:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
@@ -151,9 +156,7 @@ def _end(children: set[int]) -> None:
     GPU memory: each one's process group is killed, and every orphan. Unreaped, none of these pids can name
     another process."""
     for pid in children:
-        for kill in (os.killpg, os.kill):
-            with contextlib.suppress(OSError):
-                kill(pid, signal.SIGKILL)
+        _kill(pid)
     for pid in children:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
