@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,3 +129,35 @@ def live_children() -> list[int]:
         if int(fields[1]) == os.getpid() and fields[0] not in "ZX":
             kids.append(int(pid))
     return kids
+
+
+@dataclass
+class ForeignFolders:
+    """Folders other programs own on the host, made writable to all: one of another program's, another run's
+    output folder (an empty results.jsonl in it) and one in /dev/shm; `env` names them to a cheat (WRITE_INTO)."""
+
+    other: Path
+    another_run: Path
+    shm: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"WRITE_INTO": os.pathsep.join(map(str, (self.other, self.another_run, self.shm)))}
+
+    def untouched(self) -> bool:
+        return (list(self.other.iterdir()) == [] and list(self.shm.iterdir()) == []
+                and [p.name for p in self.another_run.iterdir()] == ["results.jsonl"]
+                and (self.another_run / "results.jsonl").read_text() == "")
+
+
+@pytest.fixture
+def foreign_folders(tmp_path):
+    f = ForeignFolders(tmp_path / "other_program", tmp_path / "another_run",
+                       Path(tempfile.mkdtemp(prefix="kbh-test-other-", dir="/dev/shm")))
+    for folder in (f.other, f.another_run):
+        folder.mkdir()
+    (f.another_run / "results.jsonl").write_text("")
+    for folder in (f.other, f.another_run, f.shm):
+        os.chmod(folder, 0o777)
+    yield f
+    shutil.rmtree(f.shm, ignore_errors=True)
