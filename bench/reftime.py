@@ -190,8 +190,8 @@ def main() -> int:
         figs = {v: plain(problems / f"{stem}.py", v, a.runs, a.processes if v == "plain" else 1) for v in variants}
         want = figs.get("plain", {}).get("median_us")
         plain_medians[stem] = figs.get("plain", {}).get("process_medians")
-        base_us = next((e["eager"]["median_us"] for e in entries.values() if e["problem"] == stem and e.get("eager")),
-                       None)
+        entry = next((e for e in entries.values() if e["problem"] == stem and e.get("eager")), {})
+        base_us = entry.get("eager", {}).get("median_us")
         rec = next(iter(records(run_out / stem)), {})
         t = rec.get("timing") or {}
         harness = {"baseline eager": base_us, "record ref_time_us": t.get("ref_time_us"),
@@ -206,6 +206,8 @@ def main() -> int:
             if v != "plain":
                 rows.append([stem, f"plain variant {v}", f"{f.get('median_us', 0):.1f}", f"{want or 0:.1f}",
                              f"{f.get('median_us', 0) / want:.3f}" if want and f.get("median_us") else "-", "info"])
+        rows.append([stem, "hold before the events (cover_us, hidden_us)", f"{entry.get('cover_us', 0):.1f}",
+                     f"{(rec.get('floors') or {}).get('hidden_us') or 0:.1f}", "", "info"])
         ok &= rec.get("status") == "correct"  # the reference's own code as the candidate is honest
         rows.append([stem, "status", rec.get("status", "-"), ",".join(rec.get("flags") or []) or "-", "", ""])
     print(f"reference timing vs plain PyTorch (median of {a.runs}; plain: the median of {a.processes} processes' "

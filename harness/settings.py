@@ -12,11 +12,9 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-SANDBOX_ALLOWLIST = ("cpu",)
+SANDBOX_ALLOWLIST = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their scratch, TMPDIR, caches and device nodes (an
-allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches. On CUDA
-the allowlist passed every functional step of a GPU acceptance run, but no acceptance run has yet passed whole
-with it: ("cpu", "cuda") switches it on."""
+allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,8 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = False  # True: a call's launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = True  # a call's launches queue behind the L2 flush, as users time (clocks.py)
+    launch_cover: float = 2.0  # ... and the flush lasts this many times the reference's launch time (reference.py)
 
 
 @dataclass(frozen=True)
@@ -120,6 +119,7 @@ class LoopSettings:
     target_rse: float = 0.005
     quantile: float = 0.1
     behind_flush: bool = False
+    cover_us: float = 0.0  # with behind_flush: the device held at least this long before the start event
 
     def json(self) -> dict:
         return asdict(self)

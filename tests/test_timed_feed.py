@@ -90,7 +90,7 @@ class StepClock:
     def __init__(self):
         self.n = 0
 
-    def measure(self, call, after, behind_flush=True):
+    def measure(self, call, after, behind_flush=True, cover_us=0.0):
         self.n += 1
         out = call()
         return out, after(out), clocks.Sample(float(self.n), float(self.n), float(self.n))
@@ -134,7 +134,7 @@ class ValueClock:
         self.values = values
         self.n = 0
 
-    def measure(self, call, after, behind_flush=True):
+    def measure(self, call, after, behind_flush=True, cover_us=0.0):
         t = self.values(self.n)
         self.n += 1
         return None, None, clocks.Sample(t, t, t)

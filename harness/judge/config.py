@@ -30,6 +30,7 @@ BOUNDS: dict[str, Any] = {
     "check.seeds": 1, "check.verify_timed": 1, "timing.min_runs": 2, "timing.max_runs": 2, "timing.rounds": 1,
     "build.jobs": 0, "timing.target_rse": (0.0, 1.0, True), "timing.warmup_ms": (0.0, INF, False),
     "timing.budget_s": (0.0, INF, True), "timing.speedup_quantile": (0.0, 0.5, True),
+    "timing.launch_cover": (0.0, 10.0, False),
     "timing.speedup_metric": SPEEDUP_METRICS, "build.timeout_s": (0.0, INF, True),
     "timeouts.load_s": (0.0, INF, True), "timeouts.shape_s": (0.0, INF, True), "static_checks": STATIC_POLICIES,
     "check.precision": PRECISIONS,

@@ -68,7 +68,8 @@ def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: 
             copy_ratio=copy_ratio if correct else None, bytes_min=ev.min_bytes or None,
             bandwidth_gbps=bw if correct else None,
             bandwidth_frac=bw / ev.copy_gbps if correct and bw and ev.copy_gbps else None)
-        floors = Floors(launch_us=ev.floor_launch_us, read_us=_median(ref_t.floor_read), copy_us=copy_us)
+        floors = Floors(launch_us=ev.floor_launch_us, read_us=_median(ref_t.floor_read), copy_us=copy_us,
+                        hidden_us=round(ev.hidden_us, 1) if ev.hidden_us else None)
     cmps = [c.comparison for c in ev.checks]
     check = CheckFigures(
         max_abs_err=max((c.max_abs_err for c in cmps if c.max_abs_err is not None), default=None),

@@ -51,6 +51,7 @@ class Floors:
     launch_us: float | None = None
     read_us: float | None = None
     copy_us: float | None = None
+    hidden_us: float | None = None  # host work a call may do behind the flush (the device's hold), unseen by events
 
 
 @dataclass(frozen=True)

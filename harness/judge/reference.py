@@ -6,7 +6,7 @@ itself, eager and under torch.compile, the way candidates are timed."""
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -39,6 +39,7 @@ class RefTiming:
     floor_copy: Measurement | None = None
     empty_gap_us: float | None = None  # the host's wait past the last event of an empty call (floor_launch's)
     flush_us: float = 0.0  # the L2 flush's length before an empty call queued behind it (launch_behind_flush)
+    cover_us: float = 0.0  # how long the device is held before each call's events start (LoopSettings.cover_us)
     compile_error: str | None = None
     compiled_from: str = "timed"  # or "baseline": the baseline's compiled/eager ratio times this eager
     error: str | None = None
@@ -115,7 +116,6 @@ class ReferenceRunner:
         t0 = time.monotonic()
         base = self.plan.time_seed(shape.name)
         settings = self.plan.config.timing
-        loop = self.plan.loop.one_off().json()
         known = self.plan.baseline_for(shape)
         compiled = settings.compile_reference and not (known and known.get("compiled") and known.get("eager"))
         if compiled:
@@ -128,6 +128,9 @@ class ReferenceRunner:
                 compiled = False
         try:
             self._setup(shape, False)
+            t.cover_us = self._cover(base, device)
+            shaped = replace(self.plan.loop, cover_us=t.cover_us)
+            loop = shaped.one_off().json()
             t.eager = summarize(self._ask("time", base_seed=base, loop=loop, verify=False)["device_us"])
             if compiled:
                 try:
@@ -138,11 +141,11 @@ class ReferenceRunner:
             elif settings.compile_reference and known:
                 t.compiled = scaled(measurement(known["compiled"]), t.eager.median_us / known["eager"]["median_us"])
                 t.compiled_from = "baseline"
-            floors = [self._ask("time", base_seed=base, loop=self.plan.loop.short().one_off().json(), verify=True,
+            floors = [self._ask("time", base_seed=base, loop=shaped.short().one_off().json(), verify=True,
                                 floor=kind, floor_bytes=min_bytes) for kind in ("launch", "launch_read", "copy")]
             t.floor_launch, t.floor_read, t.floor_copy = (summarize(r["device_us"]) for r in floors)
             t.empty_gap_us = statistics.median(h - s for h, s in zip(floors[0]["host_us"], floors[0]["span_us"]))
-            t.flush_us = statistics.median(self._flush_lengths(floors[0], device, self.plan.loop) or [0.0])
+            t.flush_us = statistics.median(self._flush_lengths(floors[0], device, shaped) or [0.0])
             if device == "cuda" and settings.graph and settings.speedup_metric == "gpu_time_us":
                 try:
                     g = self._ask("graph", base_seed=self.plan.graph_seed(shape.name),
@@ -154,6 +157,19 @@ class ReferenceRunner:
             t.error = str(e)
         t.seconds = round(time.monotonic() - t0, 3)
         return t
+
+    def _cover(self, base: int, device: str) -> float:
+        """The device's hold before a call's events start: `timing.launch_cover` times the reference's launch
+        time where that launch fits in the flush, so the launches that plain timing hides stay hidden when the
+        host runs slower for a while; no more than the flush where it does not fit (plain timing shows those
+        launches, and so does the harness). Candidates are timed with the same hold."""
+        loop = self.plan.loop
+        if device != "cuda" or not loop.behind_flush:
+            return 0.0
+        r = self._ask("time", base_seed=base, loop=loop.launch_probe().json(), verify=False)
+        launch = statistics.median(r["launch_us"])
+        flush = statistics.median(self._flush_lengths(r, device, loop))
+        return round(self.plan.config.timing.launch_cover * launch, 1) if launch < flush else 0.0
 
     @staticmethod
     def _flush_lengths(launch_reply: dict, device: str, loop: LoopSettings) -> list[float]:

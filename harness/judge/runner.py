@@ -235,7 +235,7 @@ class Runner:
                     "precision": plan.config.check.precision,
                     **{k: m.to_json() if m else None for k, m in (("eager", t.eager), ("compiled", t.compiled),
                                                                    ("graph", t.graph))},
-                    "compile_error": t.compile_error}
+                    "compile_error": t.compile_error, "cover_us": t.cover_us}
         return entries
 
     def _write_baseline(self) -> None:

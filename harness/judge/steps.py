@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..protocol import OVERWRITTEN
 from ..seeds import derive
-from ..settings import Shape
+from ..settings import LoopSettings, Shape
 from ..stats import quantile, summarize
 from . import static_checks, verdict
 from .compare import fingerprint_matches
@@ -44,6 +44,12 @@ class ShapeRun:
     batches: list[tuple[int, dict]] = field(default_factory=list)
 
 
+def shape_loop(ce, shape: Shape) -> LoopSettings:
+    """The plan's timing loop with the shape's hold before each call (the reference's: both sides' launches hide
+    alike)."""
+    return dataclasses.replace(ce.plan.loop, cover_us=ce.lane.timings.get(shape.name, RefTiming()).cover_us)
+
+
 def floors(ev: Evidence, launches: list[float], copies: list[float]) -> None:
     """The launch floor and the copy bandwidth a record is judged against: the empty launch and the copy of the
     shape's minimum bytes, timed through the candidates' loop, in the record's own rounds where it has them."""
@@ -64,7 +70,7 @@ def timed_rounds(ce, shape: Shape, ev: Evidence, projection: bool, deadline: flo
     batches: list[tuple[int, dict]] = []
     for k in range(n):
         base_k = base if k == 0 else derive(base, "round", k)
-        loop = plan.loop.round(k, n)
+        loop = shape_loop(ce, shape).round(k, n)
         r = ce.ask("time", deadline, base_seed=base_k, loop=loop.json(), verify=True, projection=projection)
         batches.append((base_k, r))
         if not pair:
@@ -192,7 +198,8 @@ def step_graph(ce, run: ShapeRun) -> None:
     """Device time without launch gaps (CUDA-graph replays), each replay's answer verified."""
     ev, base = run.ev, ce.plan.graph_seed(run.shape.name)
     try:
-        g = ce.ask("graph", run.deadline, base_seed=base, loop=ce.plan.loop.short().json(), projection=run.projection)
+        g = ce.ask("graph", run.deadline, base_seed=base, loop=shape_loop(ce, run.shape).short().json(),
+                   projection=run.projection)
     except (CandidateFailure, WorkerGone) as e:
         ev.graph_message = f"graph capture failed: {e}"
         if isinstance(e, WorkerGone) or e.cuda_error:
@@ -235,7 +242,7 @@ def step_recheck(ce, run: ShapeRun) -> None:
     """Host timing alone never rejects: where it looks wrong, one more round is timed with every build
     paused, and the verdict reads both (verdict.host_timing_flags). Its calls are verified with the rest."""
     base = derive(ce.plan.time_seed(run.shape.name), "recheck")
-    loop = ce.plan.loop.round(1, max(2, ce.plan.config.timing.rounds))
+    loop = shape_loop(ce, run.shape).round(1, max(2, ce.plan.config.timing.rounds))
     r = ce.ask("time", run.deadline, pause_builds=True, base_seed=base, loop=loop.json(), verify=True,
                projection=run.projection)
     run.batches.append((base, r))

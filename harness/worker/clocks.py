@@ -19,10 +19,12 @@ _perf_ns = time.perf_counter_ns
 _monotonic = time.monotonic
 _zero = torch.Tensor.zero_
 _fill = torch.Tensor.fill_
+_spin = getattr(torch.cuda, "_sleep", None)
 
 CUDA_LIMIT_PERSISTING_L2 = 0x06
 CUDA_DEVICE_SCHEDULE_SPIN = 0x01
 CUDA_DEVICE_MAP_HOST = 0x08
+SPIN_PROBE_CYCLES = 100_000
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Sample:
     device_us: float
     host_us: float
     span_us: float
+    launch_us: float = 0.0  # the host's time to issue the call (returning from it)
     call: int = -1
 
 
@@ -66,8 +69,10 @@ class CudaClock:
     """CUDA events on the current stream around the call. behind_flush: as users time one (triton's do_bench,
     KernelBench), from an idle device the flush is queued and the call launched behind it with no host sync
     between, so launches queue while the flush runs; otherwise the device is synchronized after the flush and
-    a call's launch gaps all count. The host clock and a span event start before the flush: the host's wait
-    past the last event is the span's complement."""
+    a call's launch gaps all count. cover_us: the device is held that long at least before the start event (the
+    flush, then a spin kernel), so launches that take the host up to that long are all queued when the events
+    start. The host clock and a span event start before the flush: the host's wait past the last event is the
+    span's complement."""
 
     def __init__(self, flush_bytes: int):
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
@@ -81,13 +86,44 @@ class CudaClock:
             rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
             rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
             self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
+        self.flush_us = self._device_us(self.flush)
+        self.spin_cycles_per_us = 0.0
+        if _spin is not None:
+            us = self._device_us(lambda: _spin(SPIN_PROBE_CYCLES))
+            self.spin_cycles_per_us = SPIN_PROBE_CYCLES / us if us > 0 else 0.0
+
+    def _device_us(self, work: Callable[[], Any]) -> float:
+        """Device time of `work` from an idle device: the median of five."""
+        e0, e1 = self._events[:2]
+        times = []
+        for _ in range(5):
+            self._sync()
+            self._record(e0)
+            work()
+            self._record(e1)
+            self._sync()
+            times.append(self._elapsed(e0, e1) * 1e3)
+        return sorted(times)[2]
 
     def flush(self) -> None:
         if self._cudart is not None:
             self._cudart.cudaCtxResetPersistingL2Cache()
         _zero(self.flush_buf)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool):
+    def hold(self, cover_us: float) -> None:
+        """The flush, then the device kept busy until cover_us in all (a spin, or more flushes without one)."""
+        self.flush()
+        pad = cover_us - self.flush_us
+        if pad <= 1.0:
+            return
+        if self.spin_cycles_per_us > 0:
+            _spin(int(pad * self.spin_cycles_per_us))
+        else:
+            for _ in range(int(-(-pad // max(self.flush_us, 1.0)))):
+                _zero(self.flush_buf)
+
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool,
+                cover_us: float = 0.0):
         ef, e0, e1, e2 = self._events
         if not behind_flush:
             self.flush()
@@ -95,15 +131,18 @@ class CudaClock:
         h0 = _perf_ns()
         self._record(ef)
         if behind_flush:
-            self.flush()
+            self.hold(cover_us)
         self._record(e0)
+        l0 = _perf_ns()
         out = call()
+        l1 = _perf_ns()
         self._record(e1)
         extra = after(out)
         self._record(e2)
         self._sync()
         h1 = _perf_ns()
-        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(ef, e2) * 1e3)
+        return out, extra, Sample(self._elapsed(e0, e1) * 1e3, (h1 - h0) / 1e3, self._elapsed(ef, e2) * 1e3,
+                                  (l1 - l0) / 1e3)
 
 
 class CpuClock:
@@ -118,7 +157,8 @@ class CpuClock:
         self._n = (self._n + 1) % 251
         _fill(self.flush_buf, self._n)
 
-    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool):
+    def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool,
+                cover_us: float = 0.0):
         self.flush()
         h0 = _perf_ns()
         out = call()
@@ -126,7 +166,7 @@ class CpuClock:
         extra = after(out)
         h2 = _perf_ns()
         us = (h1 - h0) / 1e3
-        return out, extra, Sample(us, us, (h2 - h0) / 1e3)
+        return out, extra, Sample(us, us, (h2 - h0) / 1e3, us)
 
 
 def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
@@ -142,7 +182,7 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
     i = 0
     while True:
         call, counted = step(i)
-        out, extra, sample = clock.measure(call, after, s.behind_flush)
+        out, extra, sample = clock.measure(call, after, s.behind_flush, s.cover_us)
         on_call(i, out, extra)
         del out
         now = _monotonic()

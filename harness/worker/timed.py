@@ -86,7 +86,8 @@ class TimedCommands:
                                              lambda i, out, _: feed.hold(i, current[0], out), LoopSettings(**loop))
         feed.settle()
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
-                "span_us": [s.span_us for s in samples], "sample_calls": [s.call for s in samples],
+                "span_us": [s.span_us for s in samples], "launch_us": [s.launch_us for s in samples],
+                "sample_calls": [s.call for s in samples],
                 "unsampled": unsampled, "calls": _calls_json(feed.calls),
                 "threads": [threads_before, native_threads()], "extra_py_threads": self.extra_threads()}
 
