@@ -70,7 +70,7 @@ def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
     for r in adversarial.records:
-        if r["solution"] not in ("python_cpu", "temp_files", "alias_input", "escaped_daemon"):
+        if r["solution"] not in ("python_cpu", "temp_files", "alias_input", "escaped_daemon", "read_seeds"):
             assert r["status"] != "correct", r
 
 
@@ -112,6 +112,17 @@ def test_a_daemon_left_outside_the_worker_never_runs_while_it_is_stopped_nor_out
     log = (adversarial.out / "logs" / "escaped_daemon.log").read_text()
     assert "ran while the worker was stopped" not in log
     assert _named("kbh-escaped") == []
+
+
+def test_no_seed_is_readable_while_candidates_run_and_every_seed_is_once_the_run_is_over(adversarial):
+    """read_seeds looks for its run's run.json while it runs and fails where it finds seeds there; the
+    commitment written at the start is a salted hash of the master seed written at the end."""
+    for shape in ("tiny", "padded"):
+        r = adversarial.by("read_seeds", shape)
+        assert r["status"] == "correct", r
+    seeds = json.loads((adversarial.out / "run.json").read_text())["seeds"]
+    digest = hashlib.sha256(f"{seeds['salt']}:{seeds['master']}".encode()).hexdigest()
+    assert seeds["commitment"] == digest and len(seeds["shapes"]["tiny"]["check"]) == 3
 
 
 def test_frames_written_into_inherited_descriptors_are_never_read_as_figures(adversarial):

@@ -110,7 +110,8 @@ def test_output_files(bundled):
 
 def test_same_seed_reproduces_the_seeds_and_verdicts(run_eval, bundled):
     again = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--seed", "1234")
-    assert again.run_json["seeds"] == bundled.run_json["seeds"]
+    same = ("master", "given", "shapes")
+    assert {k: again.run_json["seeds"][k] for k in same} == {k: bundled.run_json["seeds"][k] for k in same}
     assert [r["status"] for r in again.records] == [r["status"] for r in bundled.records]
 
 

@@ -131,6 +131,7 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
         raise UsageError(f"--seed {args.seed}: expected 0 to {MAX_SEED}")
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{src.name}-{secrets.token_hex(2)}"
     master, given = (args.seed, True) if args.seed is not None else (fresh_master_seed(), False)
+    salt = secrets.token_hex(16)
     out_dir = Path(args.out) if args.out else work_root() / "results" / run_id
     if args.resume:
         out_dir = Path(args.resume)
@@ -139,8 +140,13 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
             raise UsageError(f"--resume {args.resume}: no run.json in that folder")
         try:
             prev = json.loads(run_json.read_text())
-            master, given = int(prev["seeds"]["master"]), bool(prev["seeds"].get("given"))
+            seeds = prev["seeds"]
             run_id = prev.get("run_id", run_id)
+            if "master" in seeds:
+                master, given, salt = int(seeds["master"]), bool(seeds.get("given")), seeds.get("salt", salt)
+            else:
+                notes.append("the earlier pass's seeds were never written (its judge was killed): the rest of the "
+                             "run draws fresh ones")
         except (ValueError, KeyError, TypeError):
             raise UsageError(f"--resume {args.resume}: run.json is not readable") from None
         if args.seed is not None and args.seed != master:
@@ -155,7 +161,7 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
     if args.isolate:
         isolation.check_available(REPO_ROOT, {"the build cache": cache_dir, "the output folder": out_dir}, device)
     return Plan(config=config, problem=src, device=device, shapes=shapes, solutions=name_solutions(paths),
-                master_seed=master, seed_given=given, seeds=args.seeds or config.check.seeds,
+                master_seed=master, seed_given=given, seed_salt=salt, seeds=args.seeds or config.check.seeds,
                 static_policy=args.static_checks or config.static_checks,
                 lanes=parse_lanes(args.gpus, device), jobs=args.jobs or config.build.jobs or default_jobs(),
                 out_dir=out_dir.resolve(), cache_dir=cache_dir, run_id=run_id, notes=tuple(notes),
@@ -233,7 +239,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     abi = sandbox.abi_version()
     console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
-                  f"{plan.device}, master seed {plan.master_seed}, output {plan.out_dir}; write sandbox: "
+                  f"{plan.device}, seeds committed ({plan.seeds_json(False)['commitment'][:12]}), output {plan.out_dir}; "
+                  "write sandbox: "
                   + (f"Landlock ABI {abi}" if abi else "[yellow]none (no Landlock on this kernel: the guard restores "
                      "changes instead)[/]"))
     args.out = str(plan.out_dir)
@@ -252,5 +259,5 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         return 1
     if records:
         console.print(f"[dim]{report.FOOTNOTE}[/]")
-    console.print(f"results: {plan.out_dir}")
+    console.print(f"results: {plan.out_dir} (master seed {plan.master_seed})")
     return exit_code(records, args.strict)

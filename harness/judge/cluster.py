@@ -291,7 +291,8 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
         raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
     _write_run_json(plan, address, infos, complete=False)
     console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
-                  f"lane(s) of the Ray cluster ({address}), master seed {plan.master_seed}, output {out}")
+                  f"lane(s) of the Ray cluster ({address}), seeds committed ({plan.seeds_json(False)['commitment'][:12]}), "
+                  f"output {out}")
     builds: dict[tuple, object] = {}
     build_remote = ray.remote(num_cpus=1, max_retries=2)(build_task)
 
@@ -388,7 +389,7 @@ def _kill_all(ray, actors: list) -> None:
 def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:
     data = {"run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "cluster": address,
             "lanes": [{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()],
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(),
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(reveal=complete), "command": plan.command_json(),
             "static_checks": plan.static_policy,
             "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
     tmp = plan.out_dir / "run.json.tmp"

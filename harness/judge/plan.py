@@ -1,6 +1,8 @@
 """The plan: config plus command line resolved into what this run will do, with every seed derived."""
 
 import glob
+import hashlib
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partialmethod
@@ -35,6 +37,7 @@ class Plan:
     reference_only: bool = False  # time the references, write baseline_out, evaluate nothing
     baseline: dict | None = None  # a --baseline file's entries (harness.judge.baseline)
     baseline_out: Path | None = None
+    seed_salt: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def baseline_for(self, shape: Shape) -> dict | None:
         from .baseline import entry_key
@@ -70,11 +73,21 @@ class Plan:
                 "device": self.device, "shapes": [s.name for s in self.shapes], "seeds": self.seeds,
                 "static_checks": self.static_policy, "precision": self.config.check.precision}
 
-    def seeds_json(self) -> dict:
+    def seeds_json(self, reveal: bool = True) -> dict:
+        """The run's seeds for run.json. While candidates run, run.json (which they can read) holds only a
+        salted hash of the master seed: every later seed derives from it. Once the run is over, the master, the
+        salt and every shape's seeds are written, and the hash shows they are the ones the run used."""
+        head = {"commitment": seed_commitment(self.seed_salt, self.master_seed), "given": self.seed_given}
+        if not reveal:
+            return head
         shapes = {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
                            "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}
                   for s in self.shapes}
-        return {"master": self.master_seed, "given": self.seed_given, "shapes": shapes}
+        return {**head, "master": self.master_seed, "salt": self.seed_salt, "shapes": shapes}
+
+
+def seed_commitment(salt: str, master: int) -> str:
+    return hashlib.sha256(f"{salt}:{master}".encode()).hexdigest()
 
 
 def expand_solutions(values: list[str]) -> list[Path]:

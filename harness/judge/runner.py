@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..cachekeys import toolchain_id
 from ..settings import SANDBOX_ALLOWLIST
 from ..stats import Measurement
-from . import baseline, forkserver, isolation, lanes, report, static_checks
+from . import baseline, forkserver, isolation, lanes, report, static_checks, stopping
 from .builds import (
     BuildPool,
     BuildResult,
@@ -37,7 +37,7 @@ from .guard import TamperWatch, TreeGuard, reference_cache, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
-from .records import Record, RecordWriter, read_records
+from .records import STOPPING, Record, RecordWriter, read_records
 from .reference import ReferenceRunner, ReferenceStore
 from .turns import DeviceTurn
 
@@ -114,6 +114,22 @@ class Runner:
                         r.worker.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
             shutil.rmtree(self.jit_home, ignore_errors=True)
+            if STOPPING.is_set():
+                stopping.kill_all()
+            self._reveal_seeds()
+
+    def _reveal_seeds(self) -> None:
+        """An unfinished run's run.json gets its seeds too, once no candidate process is left to read them."""
+        path = self.out / "run.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if "master" not in data.get("seeds", {}):
+            data["seeds"] = self.plan.seeds_json()
+            tmp = self.out / "run.json.tmp"
+            tmp.write_text(json.dumps(data, indent=2, default=str))
+            tmp.replace(path)
 
     def _admit(self, c) -> None:
         """A candidate's logs allowed in the run's folder, and its static findings (errors, warnings)."""
@@ -352,7 +368,7 @@ class Runner:
         plan = self.plan
         data = {
             "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(), "command": plan.command_json(),
+            "config": plan.config.to_json(), "seeds": plan.seeds_json(reveal=final), "command": plan.command_json(),
             "static_checks": plan.static_policy,
             "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
             "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir),
