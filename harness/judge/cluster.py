@@ -36,11 +36,10 @@ from .builds import build_env, read_candidate, run_build, snapshot_candidate
 from .forkserver import worker_env
 from .plan import Plan
 from .records import Record, RecordWriter, read_records
+from .schedule import Scheduler
 
-ATTEMPTS = 3
-"""Lanes a candidate is handed to before its records say the cluster could not evaluate it."""
-DEPTH = 2
-"""Candidates a lane holds at once while enough wait: its pipeline prepares the next while it times one."""
+ATTEMPTS = 3  # lanes a candidate is handed to before its records say the cluster could not evaluate it
+DEPTH = 2  # candidates a lane holds at once while enough wait (schedule.Scheduler)
 CACHE_FALLBACK = Path.home() / ".cache" / "kbh"
 _CONNECTED: dict[str, str] = {}
 REPO = Path(__file__).resolve().parents[2]
@@ -306,32 +305,20 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
 
     for name, _, source in items:  # every build starts at once; lanes take candidates as they are built
         build_for(infos[actors[0]], name, source)
-    waiting = list(items)
-    attempts: dict[str, int] = {}
-    running: dict = {}  # ref -> (actor, item)
+    sched = Scheduler(actors, items, DEPTH, ATTEMPTS)
 
-    def hand(actor) -> None:
-        item = waiting.pop(0)
+    def submit(actor, item):
         name, _, source = item
-        attempts[name] = attempts.get(name, 0) + 1
         build = [build_for(infos[actor], name, source)]  # in a list: the lane waits for it, not Ray
-        running[actor.evaluate.remote(name, source, todo[name], build)] = (actor, item)
+        return actor.evaluate.remote(name, source, todo[name], build)
 
     try:
-        while waiting or running:
-            held = {a: sum(x is a for x, _ in running.values()) for a in actors}
-            for a in actors:  # one each first; a second only where every lane would get one
-                if not held[a] and waiting:
-                    hand(a)
-                    held[a] = 1
-            for a in actors:
-                while held[a] < DEPTH and len(waiting) >= len(actors):
-                    hand(a)
-                    held[a] += 1
-            if not running:
+        while True:
+            sched.hand_out(submit)
+            if not sched.running:
                 break
-            [ref], _ = ray.wait(list(running), num_returns=1)
-            actor, item = running.pop(ref)
+            [ref], _ = ray.wait(list(sched.running), num_returns=1)
+            actor, item = sched.finished(ref)
             name, path, _ = item
             try:
                 recs = ray.get(ref)
@@ -339,24 +326,12 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
                 _kill_all(ray, actors)
                 raise RuntimeError(f"a cluster lane on {infos[actor]['node']} failed to start: {e}") from None
             except Exception as e:  # noqa: BLE001  (a lost lane re-queues; any other failure retries elsewhere)
-                lost = _lost(ray, e)
-                console.print(f"[yellow]lane on {infos[actor]['node']} {'lost' if lost else 'failed'}:[/] "
+                console.print(f"[yellow]lane on {infos[actor]['node']} {'lost' if _lost(ray, e) else 'failed'}:[/] "
                               f"{type(e).__name__}; its candidates go to another lane")
                 ray.kill(actor, no_restart=True)
-                actors.remove(actor)
-                held_items = [item] + [running.pop(r)[1] for r in [r for r, (x, _) in running.items() if x is actor]]
-                for it in reversed(held_items):
-                    n, p, _ = it
-                    if attempts[n] < ATTEMPTS and actors:
-                        waiting.insert(0, it)
-                    else:
-                        for rec in _failed_records(plan, n, p, todo[n], f"{LOST}{type(e).__name__}: {e}"):
-                            writer.write(rec)
-                if not actors and waiting:
-                    for n, p, _ in waiting:
-                        for rec in _failed_records(plan, n, p, todo[n], LOST + "every lane was lost"):
-                            writer.write(rec)
-                    waiting.clear()
+                for (n, p, _), why in sched.lost(actor, item):
+                    for rec in _failed_records(plan, n, p, todo[n], LOST + (why or f"{type(e).__name__}: {e}")):
+                        writer.write(rec)
                 continue
             where = infos[actor]
             for d in recs:
