@@ -121,6 +121,39 @@ def test_the_python_api_takes_the_cluster_option(cluster, build_cache, tmp_path)
     assert all(r["node"] for r in records)
 
 
+def _fork_servers() -> set[int]:
+    """The fork servers themselves (a forked worker's parent is one)."""
+    found = set(_harness_processes())
+    parents = {}
+    for pid in found:
+        try:
+            parents[pid] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return {pid for pid in found if parents.get(pid) not in found}
+
+
+def test_an_evaluator_keeps_its_lanes_between_calls_and_brings_each_log_back(cluster, build_cache, tmp_path):
+    import harness
+
+    c, _ = cluster
+    try:
+        with harness.Evaluator(device="cpu", seed=7, cache=str(build_cache), cluster=f"ray:{c.address}") as ev:
+            first = ev.evaluate(CONFIGS / "cpu_vadd.yaml", {"honest": HONEST.read_text()}, out=str(tmp_path / "a"))
+            servers = _fork_servers()
+            second = ev.evaluate(CONFIGS / "cpu_vadd.yaml", {"wrong": str(WRONG)}, out=str(tmp_path / "b"))
+            assert len(servers) == 2 and servers <= _fork_servers()  # the same lanes, still up
+        deadline = time.monotonic() + 30
+        while _harness_processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _harness_processes()  # closed with the Evaluator
+    finally:
+        ray.shutdown()
+    assert [r["status"] for r in first] == ["correct"] and [r["status"] for r in second] == ["incorrect"]
+    for recs, out in ((first, tmp_path / "a"), (second, tmp_path / "b")):
+        assert recs[0]["log"] == str(out / "logs" / f"{recs[0]['solution']}.log") and os.path.isfile(recs[0]["log"])
+
+
 def test_a_run_goes_to_the_cluster_it_names_and_leaves_the_callers_connection_alone():
     from harness.errors import UsageError
     from harness.judge.cluster import connect

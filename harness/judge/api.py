@@ -56,14 +56,16 @@ class Evaluator:
     """Evaluations one at a time in this process. Between calls it keeps the fork server (the parent of workers
     and builds, torch already imported), the build cache and the reference timings it made, as a baseline of
     its own (harness.judge.baseline: per problem source, shape, precision, on this machine), so a loop does
-    not pay their start or torch.compile each call; fresh seeds and the reference's outputs are drawn and
-    computed each call. close(), or leaving a with block, stops every process it started."""
+    not pay their start or torch.compile each call; with `cluster`, it keeps its lane actors (each a GPU with
+    its fork server) between calls too; fresh seeds and the reference's outputs are drawn and computed each
+    call. close(), or leaving a with block, stops every process and actor it started."""
 
     def __init__(self, *, device: str | None = None, quiet: bool = True, **options):
         self.defaults = self._checked(dict(options, device=device))
         self.console = Console(quiet=quiet, highlight=False)
         self._lock = threading.Lock()
         self._known: dict = {}  # baseline entries of the references this Evaluator timed
+        self._lanes: list = []  # with cluster=: its lane actors, kept between calls (cluster.run_cluster's pool)
 
     @staticmethod
     def _checked(options: dict) -> dict:
@@ -100,7 +102,7 @@ class Evaluator:
             if args.cluster:
                 from .cluster import run_cluster
 
-                run_cluster(plan, self.console, REPO_ROOT, args.cluster)
+                run_cluster(plan, self.console, REPO_ROOT, args.cluster, pool=self._lanes)
             else:
                 from .runner import Runner
 
@@ -114,6 +116,10 @@ class Evaluator:
             return sorted(records, key=lambda r: order.get((r["solution"], r["shape"]), len(order)))
 
     def close(self) -> None:
+        if self._lanes:
+            from .cluster import release
+
+            release(self._lanes)
         forkserver.stop()
 
     def __enter__(self) -> "Evaluator":

@@ -13,13 +13,11 @@ candidates a lost lane held, and writes every record once, with the node and GPU
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import json
 import os
 import queue
+import shutil
 import socket
-import tarfile
 import tempfile
 import threading
 import time
@@ -28,21 +26,19 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..cachekeys import build_memo_key, ext_folder
 from ..errors import UsageError
 from . import report
 from .buildcache import memo_lookup
-from .builds import build_env, read_candidate, run_build, snapshot_candidate
-from .forkserver import worker_env
+from .builds import build_env, read_candidate
+from .cluster_builds import REPO, build_task, node_cache, source_memo_key, unpack_build
 from .plan import Plan
-from .records import Record, RecordWriter, read_records
+from .records import Record, RecordWriter, read_records, safe_name
 from .schedule import Scheduler
 
 ATTEMPTS = 3  # lanes a candidate is handed to before its records say the cluster could not evaluate it
 DEPTH = 2  # candidates a lane holds at once while enough wait (schedule.Scheduler)
-CACHE_FALLBACK = Path.home() / ".cache" / "kbh"
+LOG_BYTES = 1 << 20  # the end of a candidate's log that comes back from its lane
 _CONNECTED: dict[str, str] = {}
-REPO = Path(__file__).resolve().parents[2]
 
 
 class LaneStartError(RuntimeError):
@@ -89,88 +85,41 @@ def connect(spec: str, repo_root: Path, logical_gpus: int = 0) -> str:
     return used
 
 
-def _cache_dir(wanted: Path) -> Path:
-    """The plan's build cache where this node can write it (a shared path, or one host), else ~/.cache/kbh."""
-    for d in (wanted, CACHE_FALLBACK):
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            if os.access(d, os.W_OK):
-                return d
-        except OSError:
-            continue
-    raise RuntimeError(f"no writable build cache on {socket.gethostname()}")
-
-
-def pack_build(cache_dir: Path, memo_key: str) -> bytes | None:
-    """The cache's record of a whole build and the extensions it names, as a tar archive (None: no record)."""
-    memo = cache_dir / "builds" / f"{memo_key}.json"
-    try:
-        exts = json.loads(memo.read_text())["extensions"]
-    except (OSError, ValueError, KeyError):
-        return None
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for e in exts:
-            folder = ext_folder(cache_dir, e["key"])
-            tar.add(folder, arcname=str(folder.relative_to(cache_dir)))
-        tar.add(memo, arcname=f"builds/{memo_key}.json")  # last: a reader sees the record only once all is there
-    return buf.getvalue()
-
-
-def unpack_build(cache_dir: Path, blob: bytes | None) -> None:
-    """A packed build into this node's cache, where its record is not there yet (same key, same binary)."""
-    if not blob:
-        return
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        names = [m for m in tar.getmembers() if m.isfile() or m.isdir()]
-        memo = next((m.name for m in names if m.name.startswith("builds/")), None)
-        if memo is None or (cache_dir / memo).exists():
-            return
-        tar.extractall(cache_dir, members=names, filter="data")
-
-
-def build_task(plan: Plan, name: str, source: str, arch: str | None, toolchain: str) -> tuple[str, bytes | None]:
-    """A Ray task: the candidate built into this node's cache (no candidate code runs in this process: the
-    build is a process of its own), then packed. Returns (status, packed build or None)."""
-    cache_dir = _cache_dir(plan.cache_dir)
-    with tempfile.TemporaryDirectory(prefix="kbh-build-") as tmp:
-        path = Path(tmp) / "src" / f"{name.replace('/', '_')}.py"
-        path.parent.mkdir()
-        path.write_text(source)
-        cand = snapshot_candidate(path, name, Path(tmp) / "copy")
-        (Path(tmp) / "tmp").mkdir()
-        env = build_env(arch, toolchain, Path(tmp))
-        result = run_build(cand, repo_root=REPO, cache_dir=cache_dir, env=env, timeout_s=plan.config.build.timeout_s,
-                           log_path=Path(tmp) / "build.log", scratch=Path(tmp), cores=None)
-        return result.status, pack_build(cache_dir, _memo_key(source, env)) if result.status == "built" else None
-
-
-def _memo_key(source: str, env: dict[str, str]) -> str:
-    """The key builds.run_build files a build of `source` under, with env."""
-    return build_memo_key(hashlib.sha256(source.encode()).hexdigest(), worker_env(REPO, env))
-
-
 class Lane:
-    """A Ray actor: one GPU (or, on a CPU run, one logical GPU), one open local run."""
+    """A Ray actor: one GPU (or, on a CPU run, one logical GPU) and its fork server for its whole life, and one
+    open local run at a time (begin ... end), whose reference and workers stay warm between its candidates."""
 
     def __init__(self, plan: Plan):
         from . import forkserver
 
         forkserver.start(REPO)  # before this process imports torch: the server's own import overlaps it
+        self.tmp = Path(tempfile.mkdtemp(prefix="kbh-lane-"))
+        self.gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
+        self.runs = 0
+        self.thread: threading.Thread | None = None
+        self.begin(plan)
+
+    def begin(self, plan: Plan) -> None:
+        """A run of its own for `plan` (its seeds, its reference), the previous run ended first."""
         from .runner import Runner
 
-        self.tmp = Path(tempfile.mkdtemp(prefix="kbh-lane-"))
-        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
-        self.plan = replace(plan, solutions=(), out_dir=self.tmp / "out", cache_dir=_cache_dir(plan.cache_dir),
-                            lanes=(gpu,) if plan.device == "cuda" else ("cpu",), notes=(), profile=False)
+        self.end()
+        self.runs += 1
+        self.plan = replace(plan, solutions=(), out_dir=self.tmp / f"run{self.runs}",
+                            cache_dir=node_cache(plan.cache_dir),
+                            lanes=(self.gpu,) if plan.device == "cuda" else ("cpu",), notes=(), profile=False)
         self.plan.out_dir.mkdir(parents=True)
         self.feed: queue.Queue = queue.Queue()
-        self.runner = Runner(self.plan, Console(quiet=True), REPO, feed=self.feed)
+        self.done: dict[str, queue.Queue] = {}
+        self.runner = Runner(self.plan, Console(quiet=True), REPO, feed=self.feed, on_record=self._record)
         self.error: list[str] = []
         self.fed = 0
         self.arch: str | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def _record(self, rec: Record) -> None:
+        self.done.setdefault(rec.solution, queue.Queue()).put(rec)
 
     def _run(self) -> None:
         try:
@@ -204,13 +153,14 @@ class Lane:
                 "gpu": lane.get("gpu"), "arch": self.arch, "toolchain": self.runner.toolchain,
                 "torch": torch.__version__}
 
-    def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> list[dict]:
-        """One candidate's records at `shapes`, as results.jsonl holds them. build: [a build task's reference];
-        where that build failed or its node is gone, the lane builds the candidate itself."""
+    def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> dict:
+        """One candidate's records at `shapes`, as results.jsonl holds them, and the end of its log (LOG_BYTES).
+        build: [a build task's reference]; where that build failed or its node is gone, the lane builds the
+        candidate itself."""
         import ray
 
         env = build_env(self.arch, self.runner.toolchain, self.tmp)
-        if memo_lookup(self.plan.cache_dir, _memo_key(source, env)) is None:  # else built here already
+        if memo_lookup(self.plan.cache_dir, source_memo_key(source, env)) is None:  # else built here already
             try:
                 status, blob = ray.get(build[0])
                 if status == "built":
@@ -218,24 +168,51 @@ class Lane:
             except Exception:  # noqa: BLE001, S110
                 pass
         self.fed += 1
-        path = self.tmp / "candidates" / str(self.fed) / f"{Path(name).name}.py"
+        path = self.tmp / f"candidates{self.runs}" / str(self.fed) / f"{Path(name).name}.py"
         path.parent.mkdir(parents=True)
         path.write_text(source)
+        box = self.done.setdefault(name, queue.Queue())
         self.feed.put((name, str(path), shapes))
-        while True:
-            writer: RecordWriter | None = getattr(self.runner, "writer", None)
-            mine = [r for r in (writer.records if writer else []) if r.solution == name]
-            if len(mine) >= len(shapes):
-                return [r.to_json() for r in mine]
-            self._check()
-            time.sleep(0.02)
+        mine: list[Record] = []
+        while len(mine) < len(shapes):
+            try:
+                mine.append(box.get(timeout=0.5))
+            except queue.Empty:
+                self._check()
+        log = b""
+        with contextlib.suppress(OSError, TypeError):
+            with open(mine[0].log, "rb") as f:
+                f.seek(max(f.seek(0, os.SEEK_END) - LOG_BYTES, 0))
+                log = f.read()
+        return {"records": [r.to_json() for r in mine], "log": log}
+
+    def end(self) -> None:
+        """The open run ended: its reference and workers stopped, its folder removed; the fork server stays."""
+        if self.thread is None:
+            return
+        self.feed.put(None)
+        self.thread.join(timeout=60)
+        for folder in (self.plan.out_dir, self.tmp / f"candidates{self.runs}"):
+            shutil.rmtree(folder, ignore_errors=True)
+        self.thread = None
 
     def close(self) -> None:
         from . import forkserver
 
-        self.feed.put(None)
-        self.thread.join(timeout=60)
+        self.end()
         forkserver.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def release(pool: list) -> None:
+    """Lanes kept between runs (an Evaluator's, a suite's), closed and their actors killed."""
+    ray = _ray()
+    for a in pool:
+        with contextlib.suppress(Exception):
+            ray.get(a.close.remote(), timeout=60)
+        with contextlib.suppress(Exception):
+            ray.kill(a, no_restart=True)
+    pool.clear()
 
 
 def _lost(ray, e: BaseException) -> bool:
@@ -251,9 +228,11 @@ def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], messag
             for s in shapes]
 
 
-def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> list[Record]:
+def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str, pool: list | None = None) -> list[Record]:
     """The plan's candidates over every lane of the cluster; records and tables as a local run writes them.
-    Records already in the output folder (--resume) are kept and not evaluated again."""
+    Records already in the output folder (--resume) are kept and not evaluated again. pool: lanes kept between
+    runs (an Evaluator's, a suite's): its live lanes begin this run and stay up after it (release() ends them),
+    and lanes started for it join it."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -281,7 +260,16 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
         else:
             items.append((name, path, text))
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
-    actors = [actor_cls.remote(plan) for _ in range(gpus)]
+    actors = []
+    for a in list(pool or []):
+        try:
+            ray.get(a.begin.remote(plan), timeout=600)
+            actors.append(a)
+        except Exception:  # noqa: BLE001  (a lane lost since the last run is replaced)
+            ray.kill(a, no_restart=True)
+    actors += [actor_cls.remote(plan) for _ in range(gpus - len(actors))]
+    if pool is not None:
+        pool[:] = actors
     lane_of = {a: i for i, a in enumerate(actors)}
     try:
         infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
@@ -333,9 +321,11 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
                     for rec in _failed_records(plan, n, p, todo[n], LOST + (why or f"{type(e).__name__}: {e}")):
                         writer.write(rec)
                 continue
-            where = infos[actor]
-            for d in recs:
-                d.update(solution_path=str(path), node=where["node"], lane=lane_of[actor])
+            where, log = infos[actor], out / "logs" / f"{safe_name(name)}.log"
+            log.parent.mkdir(exist_ok=True)
+            log.write_bytes(recs["log"])
+            for d in recs["records"]:
+                d.update(solution_path=str(path), node=where["node"], lane=lane_of[actor], log=str(log))
                 writer.write(Record.from_json(d))
         for a in actors:  # with the GPU's name, now that each reference is up
             with contextlib.suppress(Exception):
@@ -343,10 +333,14 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str) -> lis
     finally:
         for a in actors:
             try:
-                ray.get(a.close.remote(), timeout=60)
-            except Exception:  # noqa: BLE001, S110  (a lane that cannot close is killed)
+                ray.get((a.end if pool is not None else a.close).remote(), timeout=60)
+                if pool is not None:
+                    continue
+            except Exception:  # noqa: BLE001, S110  (a lane that cannot end its run is killed)
                 pass
             ray.kill(a, no_restart=True)
+            if pool is not None and a in pool:
+                pool.remove(a)
     _write_run_json(plan, address, infos, complete=True)
     records = writer.records
     name = next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU"

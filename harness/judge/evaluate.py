@@ -22,18 +22,13 @@ from .evidence import CheckOutcome, Evidence
 from .figures import make_record
 from .processes import WorkerGone, WorkerHandle
 from .profile import Stages
-from .records import Record
+from .records import Record, safe_name
 from .reference import RefTiming
 from .steps import CandidateFailure, ShapeRun, floors
 
 POISON_BYTES = 4 * 2**30
 STAGES = {"setup": "constructing ModelNew", "check": "forward", "time": "forward during timing",
           "graph": "CUDA graph capture", "load": "import", "log": "worker", "kernels": "forward under the profiler"}
-
-
-def safe_name(name: str) -> str:
-    """A solution name as a file name (logs)."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
 class CandidateEvaluation:

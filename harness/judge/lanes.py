@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import isolation
-from .evaluate import POISON_BYTES, CandidateEvaluation, safe_name
+from .evaluate import POISON_BYTES, CandidateEvaluation
 from .figures import unrun_records
 from .guard import TamperWatch
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
+from .records import safe_name
 from .reference import INIT_TIMEOUT_S, ReferenceRunner, ReferenceStore, RefTiming
 from .turns import DeviceTurn
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -115,12 +116,19 @@ STOPPING = threading.Event()
 """Set at the first Ctrl-C (judge.stopping)."""
 
 
+def safe_name(name: str) -> str:
+    """A solution name as a file name (logs)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
 class RecordWriter:
     """Appends records to results.jsonl; keeps the exact text it wrote, to detect and undo tampering."""
 
-    def __init__(self, path: Path, existing: list[Record] | None = None):
+    def __init__(self, path: Path, existing: list[Record] | None = None,
+                 on_write: Callable[[Record], None] | None = None):
         self.path = path
         self.records: list[Record] = list(existing or [])
+        self.on_write = on_write
         self._lock = threading.Lock()
         self._text = path.read_text() if path.exists() else ""
 
@@ -136,6 +144,8 @@ class RecordWriter:
             os.fsync(f.fileno())
             self._text += line
             self.records.append(record)
+        if self.on_write is not None:
+            self.on_write(record)
 
     def intact(self) -> bool:
         with self._lock:

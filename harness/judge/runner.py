@@ -10,6 +10,7 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -31,13 +32,12 @@ from .builds import (
     snapshot_candidate,
 )
 from .envinfo import gpu_arch_hint, host_info
-from .evaluate import safe_name
 from .figures import unrun_records
 from .guard import TamperWatch, TreeGuard, reference_cache, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
-from .records import STOPPING, Record, RecordWriter, read_records
+from .records import STOPPING, Record, RecordWriter, read_records, safe_name
 from .reference import ReferenceRunner, ReferenceStore
 from .turns import DeviceTurn
 
@@ -46,11 +46,14 @@ SHM_MIN_FREE = 8 * 2**30
 
 class Runner:
     """feed: candidates that arrive while the run goes on, as (name, path, shape names), until None; a cluster
-    lane (harness.judge.cluster) keeps one run open this way, its references and workers warm between them."""
+    lane (harness.judge.cluster) keeps one run open this way, its references and workers warm between them.
+    on_record: called with each record as it is written."""
 
-    def __init__(self, plan: Plan, console: Console, repo_root: Path, feed: queue.Queue | None = None):
+    def __init__(self, plan: Plan, console: Console, repo_root: Path, feed: queue.Queue | None = None,
+                 on_record: Callable[[Record], None] | None = None):
         self.plan = plan
         self.feed = feed
+        self.on_record = on_record
         self.console = console
         self.repo_root = repo_root
         self.out = plan.out_dir
@@ -79,7 +82,7 @@ class Runner:
         try:
             existing = read_records(self.out / "results.jsonl")
             done = {(r.solution, r.shape) for r in existing}
-            self.writer = RecordWriter(self.out / "results.jsonl", existing)
+            self.writer = RecordWriter(self.out / "results.jsonl", existing, self.on_record)
             self.src_dir = self.scratch / "src"
             cands = [snapshot_candidate(path, name, self.src_dir) for name, path in plan.solutions]
             if plan.isolate:

@@ -77,11 +77,12 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
 
     if args.cluster and args.reference_only:
         raise UsageError("--cluster: --reference-only runs on one host")
+    lanes: list = []  # a cluster's lane actors, kept from one problem to the next
     if args.cluster:
         from .cluster import run_cluster
 
         def run(plan) -> list[Record]:
-            return run_cluster(plan, console, repo_root, args.cluster)
+            return run_cluster(plan, console, repo_root, args.cluster, pool=lanes)
     else:
         def run(plan) -> list[Record]:
             return Runner(plan, console, repo_root).run()
@@ -100,21 +101,27 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     found = {p: [] if args.reference_only else sorted((Path(args.solutions) / p.stem).glob("*.py")) for p in problems}
     if not (args.reference_only or args.cluster):  # a cluster's lanes build where they run
         prebuild(args, found, suite, console, repo_root, make_plan)
-    for problem, cands in found.items():
-        if not cands and not args.reference_only:
-            skipped[problem.stem] = f"no candidates in {Path(args.solutions) / problem.stem}"
-            continue
-        sub = argparse.Namespace(**{**vars(args), "config": str(problem), "solution": [str(c) for c in cands],
-                                    "out": str(out / problem.stem),
-                                    "baseline_out": str(out / "baseline.json")})
-        try:
-            plan = make_plan(sub, console, problem_config(problem, suite, args.suite))
-            console.print(f"[bold]{problem.stem}[/]: {len(plan.solutions)} candidate(s) x {len(plan.shapes)} "
-                          f"shape(s), output {plan.out_dir}")
-            records += run(plan)
-        except (UsageError, RuntimeError) as e:
-            skipped[problem.stem] = str(e)
-            console.print(f"[red]{problem.stem}: not run: {e}[/]")
+    try:
+        for problem, cands in found.items():
+            if not cands and not args.reference_only:
+                skipped[problem.stem] = f"no candidates in {Path(args.solutions) / problem.stem}"
+                continue
+            sub = argparse.Namespace(**{**vars(args), "config": str(problem), "solution": [str(c) for c in cands],
+                                        "out": str(out / problem.stem),
+                                        "baseline_out": str(out / "baseline.json")})
+            try:
+                plan = make_plan(sub, console, problem_config(problem, suite, args.suite))
+                console.print(f"[bold]{problem.stem}[/]: {len(plan.solutions)} candidate(s) x {len(plan.shapes)} "
+                              f"shape(s), output {plan.out_dir}")
+                records += run(plan)
+            except (UsageError, RuntimeError) as e:
+                skipped[problem.stem] = str(e)
+                console.print(f"[red]{problem.stem}: not run: {e}[/]")
+    finally:
+        if lanes:
+            from .cluster import release
+
+            release(lanes)
     if not args.reference_only:
         write_suite(records, skipped, out, console)
     return records
