@@ -86,8 +86,11 @@ class CudaClock:
             rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
             rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
             self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
-        self.flush_us = self._device_us(self.flush)
+        self.flush_us: float | None = None  # the flush's and the spin's device speed, measured once a hold needs them
         self.spin_cycles_per_us = 0.0
+
+    def _calibrate(self) -> None:
+        self.flush_us = self._device_us(self.flush)
         if _spin is not None:
             us = self._device_us(lambda: _spin(SPIN_PROBE_CYCLES))
             self.spin_cycles_per_us = SPIN_PROBE_CYCLES / us if us > 0 else 0.0
@@ -113,7 +116,7 @@ class CudaClock:
     def hold(self, cover_us: float) -> None:
         """The flush, then the device kept busy until cover_us in all (a spin, or more flushes without one)."""
         self.flush()
-        pad = cover_us - self.flush_us
+        pad = cover_us - (self.flush_us or cover_us)
         if pad <= 1.0:
             return
         if self.spin_cycles_per_us > 0:
@@ -125,6 +128,8 @@ class CudaClock:
     def measure(self, call: Callable[[], Any], after: Callable[[Any], Any], behind_flush: bool,
                 cover_us: float = 0.0):
         ef, e0, e1, e2 = self._events
+        if behind_flush and cover_us > 0 and self.flush_us is None:
+            self._calibrate()
         if not behind_flush:
             self.flush()
         self._sync()

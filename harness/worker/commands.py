@@ -158,7 +158,6 @@ class Worker(TimedCommands):
             info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                         sms=props.multi_processor_count, l2_bytes=l2, memory_bytes=props.total_memory)
             self.clock = clocks.CudaClock(flush)
-            info.update(flush_us=round(self.clock.flush_us, 1), spin_cycles_per_us=round(self.clock.spin_cycles_per_us))
         else:
             try:
                 text = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
