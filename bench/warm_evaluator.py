@@ -3,7 +3,10 @@ first call times the reference with torch.compile, later ones reuse that figure 
 draw fresh seeds. Target: a warm call at most half the first on CPU; on the GPU at most 2 s plus the candidate's
 own timing budget.
 
-    python bench/warm_evaluator.py [--device cpu|cuda] [--calls 4]
+    python bench/warm_evaluator.py [--device cpu|cuda] [--calls 4] [--cluster ray]
+
+With --cluster, the Evaluator's calls go to lane actors it keeps between calls (a local Ray instance with
+--lanes logical GPUs where no cluster runs).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=sorted(CONFIGS))
     ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--cluster", default=None, help="ray or ray:ADDRESS")
+    ap.add_argument("--lanes", type=int, default=1, help="logical GPUs of a new local Ray instance (CPU runs)")
     a = ap.parse_args()
     config, candidate = (REPO / p for p in CONFIGS[a.device])
     with tempfile.TemporaryDirectory(prefix="kbh-warm-") as tmp:
@@ -34,12 +39,14 @@ def main() -> None:
         cfg.write_text(config.read_text().replace("compile_reference: false", "compile_reference: true")
                        .replace("../problems/", f"{config.parent.parent / 'problems'}/"))
         rows = []
-        with harness.Evaluator(device=a.device, shapes=None if a.device == "cpu" else ["seed"]) as ev:
+        extra = {"cluster": a.cluster, "gpus": a.lanes} if a.cluster else {}
+        with harness.Evaluator(device=a.device, shapes=None if a.device == "cpu" else ["seed"], **extra) as ev:
             for k in range(a.calls):
                 t0 = time.monotonic()
                 recs = ev.evaluate(cfg, [str(candidate)])
                 rows.append([k + 1, round(time.monotonic() - t0, 2), ", ".join(r["status"] for r in recs)])
-    print(f"Evaluator.evaluate, {a.device}, {candidate.name} on {config.name}")
+    print(f"Evaluator.evaluate, {a.device}{', cluster ' + a.cluster if a.cluster else ''}, {candidate.name} on "
+          f"{config.name}")
     print(md_table(["call", "seconds", "statuses"], rows))
     print(f"warm / first: {min(r[1] for r in rows[1:]) / rows[0][1]:.2f}" if len(rows) > 1 else "")
 
