@@ -65,7 +65,7 @@ class Evaluator:
         self.console = Console(quiet=quiet, highlight=False)
         self._lock = threading.Lock()
         self._known: dict = {}  # baseline entries of the references this Evaluator timed
-        self._lanes: list = []  # with cluster=: its lane actors, kept between calls (cluster.run_cluster's pool)
+        self._lanes = None  # with cluster=: its lane actors, kept between calls (cluster.LanePool)
 
     @staticmethod
     def _checked(options: dict) -> dict:
@@ -100,8 +100,9 @@ class Evaluator:
             if isinstance(candidates, dict) and len(plan.solutions) == len(named):  # the caller's names
                 plan = replace(plan, solutions=tuple((n, p) for (n, _), (_, p) in zip(named, plan.solutions)))
             if args.cluster:
-                from .cluster import run_cluster
+                from .cluster import LanePool, run_cluster
 
+                self._lanes = self._lanes or LanePool()
                 run_cluster(plan, self.console, REPO_ROOT, args.cluster, pool=self._lanes)
             else:
                 from .runner import Runner
@@ -116,10 +117,8 @@ class Evaluator:
             return sorted(records, key=lambda r: order.get((r["solution"], r["shape"]), len(order)))
 
     def close(self) -> None:
-        if self._lanes:
-            from .cluster import release
-
-            release(self._lanes)
+        if self._lanes is not None:
+            self._lanes.release()
         forkserver.stop()
 
     def __enter__(self) -> "Evaluator":

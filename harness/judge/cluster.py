@@ -21,7 +21,7 @@ import socket
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -186,15 +186,18 @@ class Lane:
                 log = f.read()
         return {"records": [r.to_json() for r in mine], "log": log}
 
-    def end(self) -> None:
-        """The open run ended: its reference and workers stopped, its folder removed; the fork server stays."""
+    def end(self) -> dict:
+        """The open run ended: its reference and workers stopped, its folder removed; the fork server stays.
+        Returns the reference timings it made, as baseline entries."""
         if self.thread is None:
-            return
+            return {}
         self.feed.put(None)
         self.thread.join(timeout=60)
+        entries = self.runner.baseline_entries()
         for folder in (self.plan.out_dir, self.tmp / f"candidates{self.runs}"):
             shutil.rmtree(folder, ignore_errors=True)
         self.thread = None
+        return entries
 
     def close(self) -> None:
         from . import forkserver
@@ -204,15 +207,24 @@ class Lane:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def release(pool: list) -> None:
-    """Lanes kept between runs (an Evaluator's, a suite's), closed and their actors killed."""
-    ray = _ray()
-    for a in pool:
-        with contextlib.suppress(Exception):
-            ray.get(a.close.remote(), timeout=60)
-        with contextlib.suppress(Exception):
-            ray.kill(a, no_restart=True)
-    pool.clear()
+@dataclass
+class LanePool:
+    """Lane actors kept between runs (an Evaluator's calls, a suite's problems), with the reference timings each
+    lane's runs made, as baseline entries: a later run of the same reference on that lane skips torch.compile."""
+
+    actors: list = field(default_factory=list)
+    baseline: dict = field(default_factory=dict)  # actor -> its entries
+
+    def release(self) -> None:
+        """Every lane closed and its actor killed."""
+        ray = _ray()
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                ray.get(a.close.remote(), timeout=60)
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)
+        self.actors.clear()
+        self.baseline.clear()
 
 
 def _lost(ray, e: BaseException) -> bool:
@@ -228,11 +240,12 @@ def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], messag
             for s in shapes]
 
 
-def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str, pool: list | None = None) -> list[Record]:
+def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
+                pool: LanePool | None = None) -> list[Record]:
     """The plan's candidates over every lane of the cluster; records and tables as a local run writes them.
     Records already in the output folder (--resume) are kept and not evaluated again. pool: lanes kept between
-    runs (an Evaluator's, a suite's): its live lanes begin this run and stay up after it (release() ends them),
-    and lanes started for it join it."""
+    runs (an Evaluator's, a suite's): its live lanes begin this run and stay up after it (LanePool.release ends
+    them), and lanes started for it join it."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -261,15 +274,16 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str, pool: 
             items.append((name, path, text))
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
     actors = []
-    for a in list(pool or []):
+    for a in list(pool.actors if pool else []):
         try:
-            ray.get(a.begin.remote(plan), timeout=600)
+            known = {**pool.baseline.get(a, {}), **(plan.baseline or {})}
+            ray.get(a.begin.remote(replace(plan, baseline=known or None)), timeout=600)
             actors.append(a)
         except Exception:  # noqa: BLE001  (a lane lost since the last run is replaced)
             ray.kill(a, no_restart=True)
     actors += [actor_cls.remote(plan) for _ in range(gpus - len(actors))]
     if pool is not None:
-        pool[:] = actors
+        pool.actors[:] = actors
     lane_of = {a: i for i, a in enumerate(actors)}
     try:
         infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
@@ -333,14 +347,16 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str, pool: 
     finally:
         for a in actors:
             try:
-                ray.get((a.end if pool is not None else a.close).remote(), timeout=60)
-                if pool is not None:
+                if pool is None:
+                    ray.get(a.close.remote(), timeout=60)
+                else:
+                    pool.baseline.setdefault(a, {}).update(ray.get(a.end.remote(), timeout=60))
                     continue
             except Exception:  # noqa: BLE001, S110  (a lane that cannot end its run is killed)
                 pass
             ray.kill(a, no_restart=True)
-            if pool is not None and a in pool:
-                pool.remove(a)
+            if pool is not None and a in pool.actors:
+                pool.actors.remove(a)
     _write_run_json(plan, address, infos, complete=True)
     records = writer.records
     name = next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU"

@@ -77,9 +77,11 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
 
     if args.cluster and args.reference_only:
         raise UsageError("--cluster: --reference-only runs on one host")
-    lanes: list = []  # a cluster's lane actors, kept from one problem to the next
+    lanes = None  # a cluster's lane actors, kept from one problem to the next
     if args.cluster:
-        from .cluster import run_cluster
+        from .cluster import LanePool, run_cluster
+
+        lanes = LanePool()
 
         def run(plan) -> list[Record]:
             return run_cluster(plan, console, repo_root, args.cluster, pool=lanes)
@@ -118,10 +120,8 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
                 skipped[problem.stem] = str(e)
                 console.print(f"[red]{problem.stem}: not run: {e}[/]")
     finally:
-        if lanes:
-            from .cluster import release
-
-            release(lanes)
+        if lanes is not None:
+            lanes.release()
     if not args.reference_only:
         write_suite(records, skipped, out, console)
     return records
