@@ -20,14 +20,9 @@ from ..settings import PRECISIONS, STATIC_POLICIES, Config
 from . import baseline, forkserver, isolation, report, stopping
 from .builds import default_jobs
 from .config import load_config
-from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes
+from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes, work_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages once installed
-
-
-def work_root() -> Path:
-    """Where results/ and .cache/kbh go by default: the checkout when run from one, else the current folder."""
-    return REPO_ROOT if (REPO_ROOT / "run_eval.py").is_file() else Path.cwd()
 
 
 class _Parser(argparse.ArgumentParser):

@@ -90,6 +90,12 @@ def seed_commitment(salt: str, master: int) -> str:
     return hashlib.sha256(f"{salt}:{master}".encode()).hexdigest()
 
 
+def work_root() -> Path:
+    """Where results/ and .cache/kbh go by default: the checkout when run from one, else the current folder."""
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout if (checkout / "run_eval.py").is_file() else Path.cwd()
+
+
 def expand_solutions(values: list[str]) -> list[Path]:
     """Files, folders (their *.py files) and globs, in order, each once; a miss is a usage error."""
     out: list[Path] = []

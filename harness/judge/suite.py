@@ -19,6 +19,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..stats import geomean
 from .config import config_from, load_config, read_yaml
+from .plan import work_root
 from .records import Record
 from .report import FAST_P, lower, ranked
 
@@ -94,8 +95,6 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
         raise UsageError("a suite takes its candidates from --solutions and continues with the same --out")
     problems = find_problems(args.problems)
     suite = suite_settings(args.suite, {p.stem for p in problems})
-    from .cli import work_root
-
     out = Path(args.out) if args.out else work_root() / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}-suite-" \
         f"{secrets.token_hex(2)}"
     records: list[Record] = []
