@@ -74,7 +74,7 @@ class TimingSettings:
     rounds: int = 5
     speedup_quantile: float = 0.1
     launch_behind_flush: bool = False  # True: launches queue behind the L2 flush, as users time (clocks.py)
-    launch_cover: float = 2.0  # ... and the flush lasts this many times the reference's launch time (reference.py)
+    launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     abi = sandbox.abi_version()
     console.print(f"run {plan.run_id}: {len(plan.solutions)} solution(s) x {len(plan.shapes)} shape(s) on "
-                  f"{plan.device}, seeds committed ({plan.seeds_json(False)['commitment'][:12]}), output {plan.out_dir}; "
+                  f"{plan.device}, seeds committed ({plan.seed_commitment[:12]}), output {plan.out_dir}; "
                   "write sandbox: "
                   + (f"Landlock ABI {abi}" if abi else "[yellow]none (no Landlock on this kernel: the guard restores "
                      "changes instead)[/]"))

@@ -13,7 +13,6 @@ candidates a lost lane held, and writes every record once, with the node and GPU
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import shutil
@@ -32,7 +31,7 @@ from .buildcache import memo_lookup
 from .builds import build_env, read_candidate
 from .cluster_builds import REPO, build_task, node_cache, source_memo_key, unpack_build
 from .plan import Plan
-from .records import Record, RecordWriter, read_records, safe_name
+from .records import Record, RecordWriter, read_records, safe_name, write_run_json
 from .schedule import Scheduler
 
 ATTEMPTS = 3  # lanes a candidate is handed to before its records say the cluster could not evaluate it
@@ -219,12 +218,17 @@ class LanePool:
         """Every lane closed and its actor killed."""
         ray = _ray()
         for a in self.actors:
-            with contextlib.suppress(Exception):
-                ray.get(a.close.remote(), timeout=60)
-            with contextlib.suppress(Exception):
-                ray.kill(a, no_restart=True)
+            _close(ray, a)
         self.actors.clear()
         self.baseline.clear()
+
+
+def _close(ray, actor) -> None:
+    """A lane closed (its run and fork server ended), then its actor killed, closed or not."""
+    with contextlib.suppress(Exception):
+        ray.get(actor.close.remote(), timeout=60)
+    with contextlib.suppress(Exception):
+        ray.kill(actor, no_restart=True)
 
 
 def _lost(ray, e: BaseException) -> bool:
@@ -292,7 +296,7 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
         raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
     _write_run_json(plan, address, infos, complete=False)
     console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
-                  f"lane(s) of the Ray cluster ({address}), seeds committed ({plan.seeds_json(False)['commitment'][:12]}), "
+                  f"lane(s) of the Ray cluster ({address}), seeds committed ({plan.seed_commitment[:12]}), "
                   f"output {out}")
     builds: dict[tuple, object] = {}
     build_remote = ray.remote(num_cpus=1, max_retries=2)(build_task)
@@ -346,16 +350,13 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
                 infos[a] = ray.get(a.info.remote(started=True), timeout=60)
     finally:
         for a in actors:
+            if pool is None:
+                _close(ray, a)
+                continue
             try:
-                if pool is None:
-                    ray.get(a.close.remote(), timeout=60)
-                else:
-                    pool.baseline.setdefault(a, {}).update(ray.get(a.end.remote(), timeout=60))
-                    continue
-            except Exception:  # noqa: BLE001, S110  (a lane that cannot end its run is killed)
-                pass
-            ray.kill(a, no_restart=True)
-            if pool is not None and a in pool.actors:
+                pool.baseline.setdefault(a, {}).update(ray.get(a.end.remote(), timeout=60))
+            except Exception:  # noqa: BLE001  (a lane that cannot end its run is killed)
+                ray.kill(a, no_restart=True)
                 pool.actors.remove(a)
     _write_run_json(plan, address, infos, complete=True)
     records = writer.records
@@ -377,6 +378,4 @@ def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> No
             "config": plan.config.to_json(), "seeds": plan.seeds_json(reveal=complete), "command": plan.command_json(),
             "static_checks": plan.static_policy,
             "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
-    tmp = plan.out_dir / "run.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(plan.out_dir / "run.json")
+    write_run_json(plan.out_dir, data)

@@ -73,21 +73,22 @@ class Plan:
                 "device": self.device, "shapes": [s.name for s in self.shapes], "seeds": self.seeds,
                 "static_checks": self.static_policy, "precision": self.config.check.precision}
 
+    @property
+    def seed_commitment(self) -> str:
+        """SHA-256 of `salt:master`: what run.json and the terminal show of the seeds while candidates run."""
+        return hashlib.sha256(f"{self.seed_salt}:{self.master_seed}".encode()).hexdigest()
+
     def seeds_json(self, reveal: bool = True) -> dict:
         """The run's seeds for run.json. While candidates run, run.json (which they can read) holds only a
         salted hash of the master seed: every later seed derives from it. Once the run is over, the master, the
         salt and every shape's seeds are written, and the hash shows they are the ones the run used."""
-        head = {"commitment": seed_commitment(self.seed_salt, self.master_seed), "given": self.seed_given}
+        head = {"commitment": self.seed_commitment, "given": self.seed_given}
         if not reveal:
             return head
         shapes = {s.name: {"check": self.check_seeds(s.name), "post": self.post_seed(s.name),
                            "time_base": self.time_seed(s.name), "init": self.init_seed(s.name)}
                   for s in self.shapes}
         return {**head, "master": self.master_seed, "salt": self.seed_salt, "shapes": shapes}
-
-
-def seed_commitment(salt: str, master: int) -> str:
-    return hashlib.sha256(f"{salt}:{master}".encode()).hexdigest()
 
 
 def work_root() -> Path:

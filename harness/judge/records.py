@@ -116,6 +116,13 @@ STOPPING = threading.Event()
 """Set at the first Ctrl-C (judge.stopping)."""
 
 
+def write_run_json(out_dir: Path, data: dict) -> None:
+    """run.json written whole or not at all (a reader, --resume among them, never sees half of it)."""
+    tmp = out_dir / "run.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(out_dir / "run.json")
+
+
 def safe_name(name: str) -> str:
     """A solution name as a file name (logs)."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

@@ -37,7 +37,7 @@ from .guard import TamperWatch, TreeGuard, reference_cache, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
-from .records import STOPPING, Record, RecordWriter, read_records, safe_name
+from .records import STOPPING, Record, RecordWriter, read_records, safe_name, write_run_json
 from .reference import ReferenceRunner, ReferenceStore
 from .turns import DeviceTurn
 
@@ -130,9 +130,7 @@ class Runner:
             return
         if "master" not in data.get("seeds", {}):
             data["seeds"] = self.plan.seeds_json()
-            tmp = self.out / "run.json.tmp"
-            tmp.write_text(json.dumps(data, indent=2, default=str))
-            tmp.replace(path)
+            write_run_json(self.out, data)
 
     def _admit(self, c) -> None:
         """A candidate's logs allowed in the run's folder, and its static findings (errors, warnings)."""
@@ -390,6 +388,4 @@ class Runner:
             if plan.profile:
                 self.profile.mark("run_json")
                 data["profile"] = {"timeline_s": dict(self.profile.timeline), "spares": list(self.profile.spares)}
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(self.out / "run.json")
+        write_run_json(self.out, data)
