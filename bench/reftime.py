@@ -1,10 +1,10 @@
 """Reference timing against plain PyTorch: each problem's reference timed the harness's way (its eager rounds in a
-record, and `--reference-only`'s baseline) and plainly, as users time a model (inputs drawn once, warm-up, L2
-flushed, CUDA events around each call, median), in a fresh process with the user's environment. Three problems
-of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
+record, and `--reference-only`'s baseline) and plainly, as users time a model (inputs drawn once, 25 ms of warm-up
+as triton's do_bench, L2 flushed, CUDA events around each call, median), in fresh processes with the user's
+environment. Three problems of our own: launch-bound (a few small ops), cuBLAS-heavy (a deep narrow MLP) and bandwidth-bound (a 256 MB
 elementwise op); the candidate is the reference's own code, so its figure must agree too, and it must be correct.
 
-    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--processes 3] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
+    python bench/reftime.py [--out DIR] [--tolerance 0.05] [--processes 5] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
 
 Exit 0 when every harness figure is within the tolerance of the plain figure (the median of --processes plain
 processes' medians); 1 otherwise. Variants of the plain
@@ -92,7 +92,7 @@ def get_init_inputs():
 SELF = "import torch\nfrom {stem} import Model as _Ref\n\n\nclass ModelNew(_Ref):\n    pass\n"
 
 PLAIN = r'''
-import json, os, sys, torch
+import json, os, sys, time, torch
 sys.path.insert(0, sys.argv[1])
 from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
 from harness.worker.clocks import prefer_spin_wait
@@ -108,9 +108,12 @@ draw = lambda s: make_inputs(ns, {}, s, "cuda")
 inputs = draw(1)
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
 flush = torch.empty(max(2 * l2, 256 * 2**20), dtype=torch.uint8, device="cuda")
-for _ in range(10):
+t0, k = time.monotonic(), 0
+while time.monotonic() - t0 < 0.025 or k < 10:
+    flush.zero_()
     model(*inputs)
-torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    k += 1
 times = []
 sets = [draw(k + 2) for k in range(16)] if "held" in variant else []
 held = []
@@ -166,8 +169,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tolerance", type=float, default=0.05)
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--processes", type=int, default=3, help="plain processes per problem (the plain method's "
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--processes", type=int, default=5, help="plain processes per problem (the plain method's "
                     "figure: the median of their medians)")
     ap.add_argument("--timing", default="", help="more timing settings for the harness, flow style: "
                     "'min_runs: 100, warmup_ms: 50'")

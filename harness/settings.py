@@ -12,11 +12,9 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-SANDBOX_ALLOWLIST = ("cpu",)
+SANDBOX_ALLOWLIST = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their scratch, TMPDIR, caches and device nodes (an
-allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches. On CUDA
-the allowlist passed every functional step of two GPU acceptance runs, but no acceptance run has yet passed whole
-with it: ("cpu", "cuda") switches it on."""
+allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = False  # True: launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = True  # True: launches queue behind the L2 flush, as users time (clocks.py)
     launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
 

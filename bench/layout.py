@@ -1,0 +1,68 @@
+"""How much a small problem's plain timing depends on where its tensors lie in device memory: the plain method
+(warm-up by time, L2 flush, CUDA events, median) over several layouts in one process, each layout a pad
+allocation of a random size made before the inputs are drawn; layouts are measured in two interleaved passes, so
+a layout's own figure is told apart from the device's drift; then the same over several processes.
+
+    python bench/layout.py [--problem launch_ops] [--layouts 8] [--runs 100] [--processes 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import REPO
+from reftime import PROBLEMS
+
+ONE = r'''
+import json, random, sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
+path, layouts, runs, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+ns = load_namespace(ProblemSource("p", path, open(path).read()))
+torch.set_grad_enabled(False)
+model = build_model(ns["Model"], ns, 1, "cuda")
+flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+rng = random.Random(seed)
+pads, sets = [], []
+for k in range(layouts):
+    pads.append(torch.empty(rng.randrange(0, 2**20, 512) + 512, dtype=torch.uint8, device="cuda"))
+    sets.append(make_inputs(ns, {}, 1, "cuda"))
+def med(inputs, n):
+    t = []
+    for _ in range(n):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); out = model(*inputs); b.record(); torch.cuda.synchronize()
+        t.append(a.elapsed_time(b) * 1e3)
+    t.sort()
+    return round(t[len(t) // 2], 2)
+t0 = time.monotonic()
+while time.monotonic() - t0 < 0.1:
+    med(sets[0], 10)
+print(json.dumps({"pass1": [med(s, runs) for s in sets], "pass2": [med(s, runs) for s in sets],
+                  "addr": [hex(s[0].data_ptr() % 2**24) for s in sets]}))
+'''
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problem", default="launch_ops", choices=sorted(PROBLEMS))
+    ap.add_argument("--layouts", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--processes", type=int, default=3)
+    a = ap.parse_args()
+    path = Path(tempfile.mkdtemp(prefix="kbh-layout-")) / f"{a.problem}.py"
+    path.write_text(PROBLEMS[a.problem])
+    for p in range(a.processes):
+        out = subprocess.run([sys.executable, "-c", ONE, str(REPO), str(path), str(a.layouts), str(a.runs), str(p)],
+                             capture_output=True, text=True)
+        print(f"process {p}: " + (out.stdout.strip() or out.stderr.strip()[-400:]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
