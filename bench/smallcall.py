@@ -1,9 +1,12 @@
-"""How much a small problem's plain timing depends on where its tensors lie in device memory: the plain method
-(warm-up by time, L2 flush, CUDA events, median) over several layouts in one process, each layout a pad
-allocation of a random size made before the inputs are drawn; layouts are measured in two interleaved passes, so
-a layout's own figure is told apart from the device's drift; then the same over several processes.
+"""What a small problem's plain figure (warm-up by time, L2 flush, CUDA events, median) depends on, in one
+process after another:
+- layouts: where its tensors lie in device memory. Each layout is a pad allocation of a random size made before
+  the inputs are drawn; layouts are measured in two interleaved passes, so a layout's own figure is told apart
+  from the device's drift.
+- gaps: how long the device idles between calls (the host waits, after each call's sync, that long), and the
+  same gaps with the device kept busy through them by a spin kernel (`busy`).
 
-    python bench/layout.py [--problem launch_ops] [--layouts 8] [--runs 100] [--processes 3]
+    python bench/smallcall.py [--problem launch_ops] [--layouts 8] [--runs 100] [--processes 3]
 """
 
 from __future__ import annotations
@@ -31,20 +34,27 @@ pads, sets = [], []
 for k in range(layouts):
     pads.append(torch.empty(rng.randrange(0, 2**20, 512) + 512, dtype=torch.uint8, device="cuda"))
     sets.append(make_inputs(ns, {}, 1, "cuda"))
-def med(inputs, n):
+def med(inputs, n, gap_us=0, busy=False):
     t = []
     for _ in range(n):
         flush.zero_()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record(); out = model(*inputs); b.record(); torch.cuda.synchronize()
         t.append(a.elapsed_time(b) * 1e3)
+        if busy and gap_us:
+            torch.cuda._sleep(int(gap_us * 1500))
+        end = time.perf_counter() + gap_us / 1e6
+        while time.perf_counter() < end:
+            pass
     t.sort()
     return round(t[len(t) // 2], 2)
 t0 = time.monotonic()
 while time.monotonic() - t0 < 0.1:
     med(sets[0], 10)
-print(json.dumps({"pass1": [med(s, runs) for s in sets], "pass2": [med(s, runs) for s in sets],
-                  "addr": [hex(s[0].data_ptr() % 2**24) for s in sets]}))
+layout = {"pass1": [med(s, runs) for s in sets], "pass2": [med(s, runs) for s in sets]}
+gaps = {f"{g}{'busy' if b else ''}": med(sets[0], runs, g, b) for g in (0, 100, 300, 1000, 3000)
+        for b in ((False, True) if g else (False,))}
+print(json.dumps({"layouts": layout, "gaps_us": gaps}))
 '''
 
 
