@@ -13,8 +13,9 @@ SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
 SANDBOX_ALLOWLIST = ("cpu", "cuda")
-"""Devices whose candidate processes may write only to their scratch, TMPDIR, caches and device nodes (an
-allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's caches."""
+"""Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
+nodes (an allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's
+caches."""
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):
     for r in adversarial.records:
-        if r["solution"] not in ("python_cpu", "temp_files", "alias_input", "escaped_daemon", "read_seeds"):
+        if r["solution"] not in ("python_cpu", "temp_files", "alias_input", "escaped_daemon", "read_run"):
             assert r["status"] != "correct", r
 
 
@@ -114,12 +114,17 @@ def test_a_daemon_left_outside_the_worker_never_runs_while_it_is_stopped_nor_out
     assert _named("kbh-escaped") == []
 
 
-def test_no_seed_is_readable_while_candidates_run_and_every_seed_is_once_the_run_is_over(adversarial):
-    """read_seeds looks for its run's run.json while it runs and fails where it finds seeds there; the
-    commitment written at the start is a salted hash of the master seed written at the end."""
+def test_nothing_of_the_run_is_readable_while_candidates_run_and_every_seed_is_once_the_run_is_over(adversarial):
+    """read_run reads what it finds of its run while it runs (run.json, results.jsonl, other processes' output
+    slots) and fails naming it: under Landlock nothing is readable; without it, at least no seed. The commitment
+    written at the start is a salted hash of the master seed written at the end."""
+    landlock = json.loads((adversarial.out / "run.json").read_text())["write_sandbox"].startswith("landlock")
     for shape in ("tiny", "padded"):
-        r = adversarial.by("read_seeds", shape)
-        assert r["status"] == "correct", r
+        r = adversarial.by("read_run", shape)
+        if landlock:
+            assert r["status"] == "correct", r
+        else:
+            assert "read while running" in r["message"] and "seeds readable" not in r["message"], r
     seeds = json.loads((adversarial.out / "run.json").read_text())["seeds"]
     digest = hashlib.sha256(f"{seeds['salt']}:{seeds['master']}".encode()).hexdigest()
     assert seeds["commitment"] == digest and len(seeds["shapes"]["tiny"]["check"]) == 3

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,62 @@ def test_a_sandboxed_process_cannot_signal_the_judge(tree, tmp_path):
     assert res["signal_parent"] == "Operation not permitted"
     unsandboxed = subprocess.run([sys.executable, "-c", f"import os; os.kill({os.getpid()}, 0)"])
     assert unsandboxed.returncode == 0
+
+
+def reads(spec: dict, paths: list, before: Path | None = None) -> dict:
+    """In a forked child: open `before` (a log the judge hands it), enter the sandbox, then try to read each
+    path, the open descriptor again through /proc/self/fd, and list the folder of the first path."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        held = os.open(before, os.O_WRONLY | os.O_APPEND) if before else None
+        res = {"applied": sandbox.restrict(**spec)}
+        for p in paths + ([f"/proc/self/fd/{held}"] if held is not None else []):
+            try:
+                with open(p, "rb") as f:
+                    f.read()
+                res[str(p)] = "read"
+            except OSError as e:
+                res[str(p)] = e.strerror
+        res["listed"] = sorted(os.listdir(os.path.dirname(paths[0])))
+        os.write(w, json.dumps(res).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_hidden_files_refuse_reads_by_every_route_but_its_own_folder_and_the_rest_stay_readable(tree, tmp_path):
+    run, scratch = tree / "results" / "run", tmp_path / "scratch"
+    for name in ("mine", "other"):
+        (scratch / "own" / name).mkdir(parents=True)
+        (scratch / "own" / name / "out.bin").write_bytes(b"answer")
+    (scratch / "src").mkdir()
+    (scratch / "src" / "cand.py").write_text("X = 2\n")
+    log = run / "cand.log"
+    log.write_text("")
+    spec = sandbox.with_own({"protect": [str(tree)], "allow": [str(scratch)], "hide": [str(run), str(scratch / "own")]},
+                            scratch / "own" / "mine")
+    hidden = [run / "results.jsonl", f"/proc/self/root{run}/results.jsonl", scratch / "own" / "other" / "out.bin"]
+    readable = [scratch / "own" / "mine" / "out.bin", scratch / "src" / "cand.py", tree / "harness" / "mod.py"]
+    res = reads(spec, hidden + readable, before=log)
+    assert res["applied"].startswith("landlock")
+    for p in hidden:
+        assert res[str(p)] == "Permission denied", (p, res)
+    assert [v for k, v in res.items() if k.startswith("/proc/self/fd/")] == ["Permission denied"]
+    for p in readable:
+        assert res[str(p)] == "read", (p, res)
+    assert res["listed"] == ["cand.log", "results.jsonl"]
+
+
+def test_a_pattern_hides_other_runs_scratch_but_never_the_process_own(tree, tmp_path):
+    ours, theirs = tmp_path / "kbh-scratch-ours", tmp_path / "kbh-scratch-theirs"
+    for folder in (ours, theirs):
+        folder.mkdir()
+        (folder / "slot.bin").write_bytes(b"x")
+    spec = {"protect": [str(tree)], "allow": [str(ours)], "hide": [str(tmp_path / "kbh-scratch-*")]}
+    res = reads(spec, [theirs / "slot.bin", ours / "slot.bin"])
+    assert res[str(theirs / "slot.bin")] == "Permission denied" and res[str(ours / "slot.bin")] == "read", res

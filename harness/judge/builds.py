@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..cachekeys import build_memo_key, partial_header
 from ..errors import UsageError, read_text
+from ..sandbox import own_folder, with_own
 from . import forkserver, isolation
 from .buildcache import adopt_staged, memo_lookup, memo_store
 from .processes import groups_stopped
@@ -152,9 +154,13 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     if memo_lookup(root, memo_key) is not None:
         return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
     ident = isolation.new_identity() if isolate else None
+    own = Path(own_folder(scratch)) if sandbox is not None and ident is None else None
     try:
         result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
         cwd, as_user = scratch, {}
+        if own is not None:
+            full_env, sandbox = dict(full_env, TMPDIR=str(own)), with_own(sandbox, own)
+            result_path, cwd = own / "result.json", own
         if ident is not None:
             full_env = dict(full_env, **ident.env())
             result_path, cwd, as_user = ident.home / "result.json", ident.home, ident.popen()
@@ -186,7 +192,8 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
                 RUNNING.remove(proc.pid)
         seconds = time.monotonic() - t0
         try:
-            data = dict(json.loads(result_path.read_text()))
+            with isolation.open_regular(result_path) as f:
+                data = dict(json.loads(f.read()))
             result_path.unlink()
         except (OSError, ValueError, TypeError):
             message = f"build process ended without a result (exit code {proc.returncode})"
@@ -206,6 +213,8 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     finally:
         if ident is not None:
             ident.end()
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 class HeaderBuild:

@@ -86,7 +86,7 @@ class CandidateEvaluation:
             try:
                 self.ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
                           poison_bytes=POISON_BYTES if self.plan.device == "cuda" else 0, cache_dir=self.build.ext_root,
-                          sandbox=self.lane.sandbox)
+                          sandbox=w.sandbox(self.lane.sandbox))
             except WorkerGone as g:
                 raise WorkerGone(g.kind, f"while importing: {g}") from None
 
@@ -171,7 +171,7 @@ class CandidateEvaluation:
             self.set_up = run.shape.name
 
     def check(self, ev: Evidence, ref, seed: int, phase: str, deadline: float, first: bool) -> CheckOutcome:
-        prefix = str(self.worker.own_folder(self.lane.scratch) / f"out-{self.token}")
+        prefix = str(self.worker.folder / f"out-{self.token}")
         reply = self.ask("check", deadline, seed=seed, out_prefix=prefix)
         try:
             cand = [(m, read_output_file(dict(m, file=f"{prefix}.{i}.bin"))) for i, m in enumerate(reply.get("outputs") or [])]

@@ -113,11 +113,11 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
     def make(register) -> WorkerHandle | None:
         # under --isolate, a worker that imports candidates runs as a user of its own
         w = WorkerHandle(repo_root=repo_root, env=lane_env, log_path=log, cwd=scratch, trusted=False,
-                         identity=isolation.new_identity() if plan.isolate else None)
+                         identity=isolation.new_identity() if plan.isolate else None, own=True)
         register(w)
         started = profile.now()
         try:
-            reply = w.request("init", INIT_TIMEOUT_S, cwd=str(w.own_folder(scratch)), **init_args)
+            reply = w.request("init", INIT_TIMEOUT_S, cwd=str(w.folder), **init_args)
             if reply.get("ok"):
                 with turn.for_spare(device_step=plan.device == "cuda"):
                     if plan.device == "cuda":

@@ -5,6 +5,7 @@ server where one runs and it runs as the judge's user. A reply too large or not 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from multiprocessing import Pipe
 from pathlib import Path
 
+from ..sandbox import own_folder, with_own
 from . import forkserver
 from .isolation import Identity
 from .stopping import descendants
@@ -88,13 +90,18 @@ def groups_stopped(pids):
 
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
-                 identity: Identity | None = None):
+                 identity: Identity | None = None, own: bool = False):
+        """own: the worker gets a folder of its own beneath the scratch folder `cwd` (sandbox.own_folder), its
+        cwd, TMPDIR and output slots, which no other candidate's process may read or write."""
         parent, child = Pipe(duplex=True)
         self.identity = identity
-        full_env = forkserver.worker_env(repo_root, dict(env, **(identity.env() if identity else {})))
+        self._own = Path(own_folder(cwd)) if own and identity is None else None
+        self.folder = identity.home if identity else self._own or cwd
+        mine = identity.env() if identity else {"TMPDIR": str(self._own)} if self._own else {}
+        full_env = forkserver.worker_env(repo_root, dict(env, **mine))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")
-        cwd = self.own_folder(cwd)
+        cwd = self.folder
         server = forkserver.current() if identity is None else None
         proc = server.fork(full_env, cwd, self._log.fileno(), child.fileno()) if server else None
         self.proc = proc or subprocess.Popen(
@@ -147,9 +154,9 @@ class WorkerHandle:
         thread the candidate left behind can take the lane's core or launch GPU work."""
         return groups_stopped([self.proc.pid] if self.alive else [])
 
-    def own_folder(self, shared: Path) -> Path:
-        """Where this worker writes files for the judge: its home under a user of its own, else shared."""
-        return shared if self.identity is None else self.identity.home
+    def sandbox(self, spec: dict | None) -> dict | None:
+        """The run's sandbox for this worker: its own folder to write and read as well."""
+        return with_own(spec, self.folder)
 
     def give_log(self, path: Path) -> None:
         """A worker under a user of its own opens its log itself: the judge makes it and hands it over."""
@@ -182,6 +189,8 @@ class WorkerHandle:
             self._log.close()
             if self.identity is not None:
                 self.identity.end()
+            if self._own is not None:
+                shutil.rmtree(self._own, ignore_errors=True)
 
     def close(self) -> None:
         if self.alive:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cachekeys import toolchain_id
+from ..sandbox import OWN
 from ..settings import SANDBOX_ALLOWLIST
 from ..stats import Measurement
 from . import baseline, forkserver, isolation, lanes, report, static_checks, stopping
@@ -33,7 +34,7 @@ from .builds import (
 )
 from .envinfo import gpu_arch_hint, host_info
 from .figures import unrun_records
-from .guard import TamperWatch, TreeGuard, reference_cache, write_sandbox
+from .guard import SCRATCH_PREFIX, TamperWatch, TreeGuard, reference_cache, write_sandbox
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
@@ -76,7 +77,8 @@ class Runner:
         plan = self.plan
         self.logs.mkdir(parents=True, exist_ok=True)
         shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
-        self.scratch = Path(tempfile.mkdtemp(prefix="kbh-", dir="/dev/shm" if shm else None))  # output slots
+        self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir="/dev/shm" if shm else None))
+        (self.scratch / OWN).mkdir()  # the folders of each process that runs candidate code (output slots)
         self.jit_home = Path(tempfile.mkdtemp(prefix="kbh-jit-"))  # JIT caches, on a disk that may run code
         ref_start = None
         try:
