@@ -12,10 +12,11 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-SANDBOX_ALLOWLIST = ("cpu", "cuda")
+STRICT_SANDBOX = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
-nodes (an allowlist); elsewhere they may write anywhere but the repo, the run's files and the reference's
-caches."""
+nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
+folders; elsewhere they may write anywhere but the repo, the run's files and the reference's caches, and read
+anything."""
 
 
 @dataclass(frozen=True)

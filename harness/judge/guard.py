@@ -27,23 +27,25 @@ def reference_cache(cache_dir: Path) -> Path:
 
 
 def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path, *more: Path,
-                  allowlist: bool = False) -> tuple[dict | None, str]:
+                  strict: bool = False) -> tuple[dict | None, str]:
     """What processes that run candidate code may not write (the repo, the results, the reference's caches, the
     other processes' own folders), what they may (the build cache, the run's scratch folders), for
-    `harness.sandbox.restrict`; with `allowlist`, nothing but the latter and device nodes
-    (settings.SANDBOX_ALLOWLIST). What they may not read: the run's folder, the results folder beside the repo,
-    the other processes' own folders and other runs' scratch folders (`sandbox.with_own` adds each process's
-    own). None where the kernel has no Landlock. And a line for run.json."""
+    `harness.sandbox.restrict`. `strict` (settings.STRICT_SANDBOX): nothing but the latter and device nodes, and
+    no file read of the run's folder, the results folder beside the repo, the other processes' own folders or
+    other runs' scratch (`sandbox.with_own` adds each process's own). None where the kernel has no Landlock.
+    And a line for run.json."""
     abi = sandbox.abi_version()
     if abi < 1:
         return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
     own = scratch / sandbox.OWN
-    how = ("writes only to its scratch, TMPDIR, the build and JIT caches and device nodes" if allowlist else
-           "no writes to the repo, the run's files or the reference's caches") + (
-        "; no reads of the run's files, other runs' or other candidates' files")
-    return ({"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir)), str(own)],
-             "allow": [str(cache_dir), str(scratch), *map(str, more)], "allowlist": allowlist,
-             "hide": [str(out_dir), str(repo_root / "results"), str(own), str(scratch.parent / f"{SCRATCH_PREFIX}*")]}, f"landlock ABI {abi}: {how}")
+    spec = {"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir)), str(own)],
+            "allow": [str(cache_dir), str(scratch), *map(str, more)], "allowlist": strict}
+    if not strict:
+        return spec, f"landlock ABI {abi}: no writes to the repo, the run's files or the reference's caches"
+    hide = [str(out_dir), str(repo_root / "results"), str(own), str(scratch.parent / f"{SCRATCH_PREFIX}*")]
+    return {**spec, "hide": hide}, (f"landlock ABI {abi}: writes only to its scratch, TMPDIR, the build and JIT "
+                                    "caches and device nodes; no reads of the run's files, other runs' or other "
+                                    "candidates' files")
 
 
 class TreeGuard:

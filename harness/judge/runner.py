@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..cachekeys import toolchain_id
 from ..sandbox import OWN
-from ..settings import SANDBOX_ALLOWLIST
+from ..settings import STRICT_SANDBOX
 from ..stats import Measurement
 from . import baseline, forkserver, isolation, lanes, report, static_checks, stopping
 from .builds import (
@@ -93,7 +93,7 @@ class Runner:
             homes = (isolation.homes_root(),) if plan.isolate else ()
             self.sandbox, self.sandbox_status = write_sandbox(
                 self.repo_root, self.out, plan.cache_dir, self.scratch, self.jit_home, *homes,
-                allowlist=plan.device in SANDBOX_ALLOWLIST)
+                strict=plan.device in STRICT_SANDBOX)
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]

@@ -7,11 +7,11 @@ import pytest
 
 from conftest import CANDIDATES, CONFIGS
 from harness import sandbox
-from harness.settings import SANDBOX_ALLOWLIST
+from harness.settings import STRICT_SANDBOX
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(sandbox.abi_version() < 1, reason="Landlock is not available on this kernel"),
-              pytest.mark.skipif("cuda" not in SANDBOX_ALLOWLIST, reason="the allowlist is off on CUDA runs")]
+              pytest.mark.skipif("cuda" not in STRICT_SANDBOX, reason="the strict sandbox is off on CUDA runs")]
 
 
 def test_gpu_candidates_write_nowhere_else_on_the_host(run_eval, foreign_folders):
