@@ -5,8 +5,11 @@ process after another:
   from the device's drift.
 - gaps: how long the device idles between calls (the host waits, after each call's sync, that long), and the
   same gaps with the device kept busy through them by a spin kernel (`busy`).
+- clocks: the plain method against the harness's own CudaClock (behind the flush, with a 300 us hold, and
+  synchronized after the flush), in the same process on the same inputs, twice.
+And the process itself: started as the harness starts workers or plainly (--modes).
 
-    python bench/smallcall.py [--problem launch_ops] [--layouts 8] [--runs 100] [--processes 3]
+    python bench/smallcall.py [--problem launch_ops] [--layouts 8] [--runs 100] [--modes plain,fork+spin]
 """
 
 from __future__ import annotations
@@ -21,26 +24,37 @@ from _common import REPO
 from reftime import PROBLEMS
 
 ONE = r'''
-import json, random, sys, time, torch
+import json, os, random, sys, time, torch
 sys.path.insert(0, sys.argv[1])
 from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
-path, layouts, runs, seed = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+from harness.worker.clocks import CudaClock, prefer_spin_wait
+path, layouts, runs, seed, mode = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+if "fork" in mode and os.fork():
+    sys.exit(os.waitstatus_to_exitcode(os.wait()[1]))
+if "onecore" in mode:
+    os.sched_setaffinity(0, [max(os.sched_getaffinity(0))])
+if "spin" in mode:
+    prefer_spin_wait()
 ns = load_namespace(ProblemSource("p", path, open(path).read()))
 torch.set_grad_enabled(False)
 model = build_model(ns["Model"], ns, 1, "cuda")
 flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+clock = CudaClock(256 * 2**20)
 rng = random.Random(seed)
 pads, sets = [], []
 for k in range(layouts):
     pads.append(torch.empty(rng.randrange(0, 2**20, 512) + 512, dtype=torch.uint8, device="cuda"))
     sets.append(make_inputs(ns, {}, 1, "cuda"))
-def med(inputs, n, gap_us=0, busy=False):
+def med(inputs, n, gap_us=0, busy=False, how="plain", cover=0.0):
     t = []
     for _ in range(n):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); out = model(*inputs); b.record(); torch.cuda.synchronize()
-        t.append(a.elapsed_time(b) * 1e3)
+        if how == "plain":
+            flush.zero_()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); out = model(*inputs); b.record(); torch.cuda.synchronize()
+            t.append(a.elapsed_time(b) * 1e3)
+        else:
+            t.append(clock.measure(lambda: model(*inputs), lambda o: None, how == "behind", cover)[2].device_us)
         if busy and gap_us:
             torch.cuda._sleep(int(gap_us * 1500))
         end = time.perf_counter() + gap_us / 1e6
@@ -54,7 +68,9 @@ while time.monotonic() - t0 < 0.1:
 layout = {"pass1": [med(s, runs) for s in sets], "pass2": [med(s, runs) for s in sets]}
 gaps = {f"{g}{'busy' if b else ''}": med(sets[0], runs, g, b) for g in (0, 100, 300, 1000, 3000)
         for b in ((False, True) if g else (False,))}
-print(json.dumps({"layouts": layout, "gaps_us": gaps}))
+clocks = {f"{how}{cover or ''}/{k}": med(sets[0], runs, how=how, cover=cover) for k in (1, 2)
+          for how, cover in (("plain", 0), ("behind", 0), ("behind", 300.0), ("synced", 0))}
+print(json.dumps({"mode": mode, "layouts": layout, "gaps_us": gaps, "clocks": clocks}))
 '''
 
 
@@ -63,13 +79,15 @@ def main() -> int:
     ap.add_argument("--problem", default="launch_ops", choices=sorted(PROBLEMS))
     ap.add_argument("--layouts", type=int, default=8)
     ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--processes", type=int, default=3)
+    ap.add_argument("--modes", default="plain,fork+onecore+spin,plain,fork+onecore+spin",
+                    help="one process each: plain, fork (a child of a process that imported torch, as the fork "
+                    "server's workers are), onecore, spin (spin-waiting syncs), joined with +")
     a = ap.parse_args()
     path = Path(tempfile.mkdtemp(prefix="kbh-layout-")) / f"{a.problem}.py"
     path.write_text(PROBLEMS[a.problem])
-    for p in range(a.processes):
-        out = subprocess.run([sys.executable, "-c", ONE, str(REPO), str(path), str(a.layouts), str(a.runs), str(p)],
-                             capture_output=True, text=True)
+    for p, mode in enumerate(a.modes.split(",")):
+        out = subprocess.run([sys.executable, "-c", ONE, str(REPO), str(path), str(a.layouts), str(a.runs), str(p),
+                              mode], capture_output=True, text=True)
         print(f"process {p}: " + (out.stdout.strip() or out.stderr.strip()[-400:]), flush=True)
     return 0
 
