@@ -154,7 +154,7 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     if memo_lookup(root, memo_key) is not None:
         return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
     ident = isolation.new_identity() if isolate else None
-    own = Path(own_folder(scratch)) if sandbox is not None and ident is None else None
+    own = Path(own_folder(scratch)) if sandbox and sandbox.get("hide") and ident is None else None
     try:
         result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
         cwd, as_user = scratch, {}
