@@ -9,24 +9,42 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox
+from harness.judge.guard import write_sandbox
 
 pytestmark = pytest.mark.skipif(sandbox.abi_version() < 1, reason="Landlock is not available on this kernel")
 
 
-def attempt(tmp_path, protect, allow, paths) -> dict:
-    """In a forked child: enter the sandbox, then try each write; what happened to each."""
+def in_child(work) -> dict:
+    """work() in a forked child (where the sandbox it enters stays); what it returned."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        res = {"applied": sandbox.restrict([str(p) for p in protect], [str(a) for a in allow])}
-        for p in paths:
-            try:
-                with open(p, "a") as f:
-                    f.write("forged\n")
-                res[str(p)] = "written"
-            except OSError as e:
-                res[str(p)] = e.strerror
+        os.write(w, json.dumps(work()).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def _writes(paths: list) -> dict:
+    res = {}
+    for p in paths:
+        try:
+            with open(p, "a") as f:
+                f.write("forged\n")
+            res[str(p)] = "written"
+        except OSError as e:
+            res[str(p)] = e.strerror
+    return res
+
+
+def attempt(tmp_path, protect, allow, paths) -> dict:
+    """In a forked child: enter the sandbox, then try each write; what happened to each."""
+    def work():
+        res = {"applied": sandbox.restrict([str(p) for p in protect], [str(a) for a in allow]), **_writes(paths)}
         sh = subprocess.run(["sh", "-c", f"echo forged >> {paths[0]}"], capture_output=True)
         res["child_process"] = sh.returncode
         try:
@@ -34,13 +52,8 @@ def attempt(tmp_path, protect, allow, paths) -> dict:
             res["signal_parent"] = "sent"
         except OSError as e:
             res["signal_parent"] = e.strerror
-        os.write(w, json.dumps(res).encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+        return res
+    return in_child(work)
 
 
 @pytest.fixture
@@ -88,10 +101,7 @@ def test_a_sandboxed_process_cannot_signal_the_judge(tree, tmp_path):
 def reads(spec: dict, paths: list, before: Path | None = None) -> dict:
     """In a forked child: open `before` (a log the judge hands it), enter the sandbox, then try to read each
     path, the open descriptor again through /proc/self/fd, and list the folder of the first path."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
+    def work():
         held = os.open(before, os.O_WRONLY | os.O_APPEND) if before else None
         res = {"applied": sandbox.restrict(**spec)}
         for p in paths + ([f"/proc/self/fd/{held}"] if held is not None else []):
@@ -102,13 +112,8 @@ def reads(spec: dict, paths: list, before: Path | None = None) -> dict:
             except OSError as e:
                 res[str(p)] = e.strerror
         res["listed"] = sorted(os.listdir(os.path.dirname(paths[0])))
-        os.write(w, json.dumps(res).encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+        return res
+    return in_child(work)
 
 
 def test_hidden_files_refuse_reads_by_every_route_but_its_own_folder_and_the_rest_stay_readable(tree, tmp_path):
@@ -142,3 +147,20 @@ def test_a_pattern_hides_other_runs_scratch_but_never_the_process_own(tree, tmp_
     spec = {"protect": [str(tree)], "allow": [str(ours)], "hide": [str(tmp_path / "kbh-scratch-*")]}
     res = reads(spec, [theirs / "slot.bin", ours / "slot.bin"])
     assert res[str(theirs / "slot.bin")] == "Permission denied" and res[str(ours / "slot.bin")] == "read", res
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_runs_sandbox_lets_each_process_write_where_its_files_go(tree, tmp_path, strict):
+    """Without `strict`, workers and builds share the scratch folder and make their files in it; with it, each
+    writes in its own folder and never in another's."""
+    scratch = tmp_path / "kbh-scratch-x"
+    (scratch / sandbox.OWN).mkdir(parents=True)
+    mine, other = sandbox.own_folder(scratch), sandbox.own_folder(scratch)
+    spec, _ = write_sandbox(tree, tree / "results" / "run", tree / ".cache" / "kbh", scratch, strict=strict)
+    spec = sandbox.with_own(spec, mine if strict else scratch)
+    res = in_child(lambda: {"applied": sandbox.restrict(**spec), **_writes(
+        [scratch / "out-1.0.bin", Path(mine) / "out-1.0.bin", Path(other) / "out-1.0.bin"])})
+    assert res["applied"].startswith("landlock")
+    assert res[str(Path(mine) / "out-1.0.bin")] == "written"
+    assert res[str(scratch / "out-1.0.bin")] == ("Permission denied" if strict else "written")
+    assert res[str(Path(other) / "out-1.0.bin")] == ("Permission denied" if strict else "written")

@@ -139,9 +139,10 @@ def build_env(arch: str | None, toolchain: str, scratch: Path, home: Path | None
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
               log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0,
-              isolate: bool = False, sandbox: dict | None = None) -> BuildResult:
+              isolate: bool = False, sandbox: dict | None = None, own: bool = False) -> BuildResult:
     """Build in a process of its own, unless the cache holds every extension an earlier build of the same
-    source in the same environment made (buildcache.memo_lookup): a warm batch starts no build process."""
+    source in the same environment made (buildcache.memo_lookup): a warm batch starts no build process.
+    own: the process gets a folder of its own beneath scratch (its cwd, TMPDIR and result), as workers do."""
     t0 = time.monotonic()
     full_env = forkserver.worker_env(repo_root, env)
     memo_key = build_memo_key(cand.sha256, full_env)
@@ -154,7 +155,7 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     if memo_lookup(root, memo_key) is not None:
         return BuildResult("built", "", time.monotonic() - t0, cached=True, memo=True, ext_root=ext_root)
     ident = isolation.new_identity() if isolate else None
-    own = Path(own_folder(scratch)) if sandbox and sandbox.get("hide") and ident is None else None
+    own = Path(own_folder(scratch)) if own and ident is None else None
     try:
         result_path = scratch / f"build-{cand.sha256[:16]}-{os.getpid()}-{time.monotonic_ns()}.json"
         cwd, as_user = scratch, {}

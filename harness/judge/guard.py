@@ -37,15 +37,15 @@ def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path
     abi = sandbox.abi_version()
     if abi < 1:
         return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
-    own = scratch / sandbox.OWN
-    spec = {"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir)), str(own)],
+    spec = {"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],
             "allow": [str(cache_dir), str(scratch), *map(str, more)], "allowlist": strict}
-    if not strict:
+    if not strict:  # workers and builds share the scratch folder, and write their files in it
         return spec, f"landlock ABI {abi}: no writes to the repo, the run's files or the reference's caches"
-    hide = [str(out_dir), str(repo_root / "results"), str(own), str(scratch.parent / f"{SCRATCH_PREFIX}*")]
-    return {**spec, "hide": hide}, (f"landlock ABI {abi}: writes only to its scratch, TMPDIR, the build and JIT "
-                                    "caches and device nodes; no reads of the run's files, other runs' or other "
-                                    "candidates' files")
+    own = str(scratch / sandbox.OWN)
+    hide = [str(out_dir), str(repo_root / "results"), own, str(scratch.parent / f"{SCRATCH_PREFIX}*")]
+    how = ("writes only to its scratch, TMPDIR, the build and JIT caches and device nodes; no reads of the run's "
+           "files, other runs' or other candidates' files")
+    return {**spec, "protect": [*spec["protect"], own], "hide": hide}, f"landlock ABI {abi}: {how}"
 
 
 class TreeGuard:

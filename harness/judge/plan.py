@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..problem import ProblemSource
 from ..seeds import derive
-from ..settings import Config, LoopSettings, Shape
+from ..settings import STRICT_SANDBOX, Config, LoopSettings, Shape
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,12 @@ class Plan:
     graph_seed = partialmethod(_seed, purpose="graph")
     judge_seed = partialmethod(_seed, purpose="judge")
     init_seed = partialmethod(_seed, purpose="init")
+
+    @property
+    def strict_sandbox(self) -> bool:
+        """Whether candidate code runs under the strict sandbox (settings.STRICT_SANDBOX), each process with a
+        folder of its own."""
+        return self.device in STRICT_SANDBOX
 
     @property
     def fp_seed(self) -> int:

@@ -19,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..cachekeys import toolchain_id
 from ..sandbox import OWN
-from ..settings import STRICT_SANDBOX
 from ..stats import Measurement
 from . import baseline, forkserver, isolation, lanes, report, static_checks, stopping
 from .builds import (
@@ -93,7 +92,7 @@ class Runner:
             homes = (isolation.homes_root(),) if plan.isolate else ()
             self.sandbox, self.sandbox_status = write_sandbox(
                 self.repo_root, self.out, plan.cache_dir, self.scratch, self.jit_home, *homes,
-                strict=plan.device in STRICT_SANDBOX)
+                strict=plan.strict_sandbox)
             (self.scratch / "tmp").mkdir()
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
@@ -286,7 +285,7 @@ class Runner:
             kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                           timeout_s=plan.config.build.timeout_s, log_path=self.logs / f"{safe_name(c.name)}.build.log",
                           scratch=self.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
-                          isolate=plan.isolate, sandbox=self.sandbox)
+                          isolate=plan.isolate, sandbox=self.sandbox, own=plan.strict_sandbox)
             self.tamper.build_started(c.name, c, kwargs)
             fut = pool.submit(run_build, c, **kwargs)
             futures[fut] = c
