@@ -5,6 +5,9 @@ process after another:
   from the device's drift.
 - gaps: how long the device idles between calls (the host waits, after each call's sync, that long), and the
   same gaps with the device kept busy through them by a spin kernel (`busy`).
+- parts: the plain method, interleaved call by call with its variants: the persisting-L2 reset before the
+  flush (unsynced, or synced before the events), four reused events, and the harness's clock behind the flush;
+  then a plain block before and after 200 resets alone.
 - clocks: the plain method against the harness's own CudaClock (behind the flush, with a 300 us hold, and
   synchronized after the flush), in the same process on the same inputs, twice.
 And the process itself: started as the harness starts workers or plainly (--modes).
@@ -70,7 +73,39 @@ gaps = {f"{g}{'busy' if b else ''}": med(sets[0], runs, g, b) for g in (0, 100, 
         for b in ((False, True) if g else (False,))}
 clocks = {f"{how}{cover or ''}/{k}": med(sets[0], runs, how=how, cover=cover) for k in (1, 2)
           for how, cover in (("plain", 0), ("behind", 0), ("behind", 300.0), ("synced", 0))}
-print(json.dumps({"mode": mode, "layouts": layout, "gaps_us": gaps, "clocks": clocks}))
+reset = clock._cudart.cudaCtxResetPersistingL2Cache if clock._cudart is not None else (lambda: None)
+ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+def part(name, x):
+    if name == "clock":
+        return clock.measure(lambda: model(*x), lambda o: None, True, 0.0)[2].device_us
+    if name == "reset_before_sync":
+        reset(); torch.cuda.synchronize()
+    if name == "reset_in":
+        reset()
+    flush.zero_()
+    if name == "events4":
+        ev[0].record(); flush.zero_(); ev[1].record(); model(*x); ev[2].record(); ev[3].record()
+        torch.cuda.synchronize()
+        return ev[1].elapsed_time(ev[2]) * 1e3
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); model(*x); b.record(); torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e3
+names = ("plain", "reset_in", "reset_before_sync", "events4", "clock")
+got = {n: [] for n in names}
+for _ in range(runs):
+    for n in names:
+        got[n].append(part(n, sets[0]))
+parts = {n: round(sorted(v)[len(v) // 2], 2) for n, v in got.items()}
+blocks = {"before": med(sets[0], runs)}
+for _ in range(200):
+    reset(); torch.cuda.synchronize()
+blocks["after_resets"] = med(sets[0], runs)
+for _ in range(200):
+    flush.zero_(); model(*sets[0])
+torch.cuda.synchronize()
+blocks["after_plain_calls"] = med(sets[0], runs)
+print(json.dumps({"mode": mode, "layouts": layout, "gaps_us": gaps, "clocks": clocks, "parts": parts,
+                  "blocks": blocks}))
 '''
 
 
