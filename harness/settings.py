@@ -12,12 +12,16 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-STRICT_SANDBOX = ("cpu", "cuda")
+STRICT_SANDBOX = ("cpu",)
 """Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
 nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
 folders, each with a folder of its own; elsewhere they may write anywhere but the repo, the run's files and the
 reference's caches, and read anything. No GPU acceptance run has yet passed whole with it on CUDA:
 ("cpu", "cuda") switches it on there."""
+L2_RESET_ON_DEMAND = False
+"""The worker's clock sets the persisting-L2 limit to 0 and resets persisting lines at start; False: the lines are
+reset again before every flush; True: the limit is read before every flush, and both are done again only where a
+call set it (worker/clocks.py). No GPU acceptance run has yet passed whole with True."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = True  # True: launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = False  # True: launches queue behind the L2 flush, as users time (clocks.py)
     launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
 

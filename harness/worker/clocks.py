@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..settings import LoopSettings
+from ..settings import L2_RESET_ON_DEMAND, LoopSettings
 from ..stats import quantile_rse
 
 _insort = bisect.insort
@@ -74,16 +74,18 @@ class CudaClock:
     start. The host clock and a span event start before the flush: the host's wait past the last event is the
     span's complement."""
 
-    def __init__(self, flush_bytes: int):
+    def __init__(self, flush_bytes: int, on_demand: bool = L2_RESET_ON_DEMAND):
         self.flush_buf = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self._record = torch.cuda.Event.record
         self._elapsed = torch.cuda.Event.elapsed_time
         self._sync = torch.cuda.synchronize
         self._cudart = find_cudart()
-        self.l2_reset = "unavailable" if self._cudart is None else "on demand"
+        self.on_demand = on_demand
+        self.l2_reset = "unavailable"
         self.l2_resets = 0
-        self.reset_l2()
+        if self._cudart is not None:
+            self._set_aside_none()
         self.flush_us: float | None = None  # the flush's and the spin's device speed, measured once a hold needs them
         self.spin_cycles_per_us = 0.0
 
@@ -107,19 +109,25 @@ class CudaClock:
         return sorted(times)[2]
 
     def reset_l2(self) -> None:
-        """No L2 set aside for persisting lines, so none a call marked survives the flush. The limit is read
-        before the host sync that precedes each flush; only where it is not 0 is it set back to 0 and the lines
-        reset: on an H100 either call slows a launch-bound problem's figure by ~5% for the rest of the process
-        (bench/l2step.py), a state that users' processes are not in."""
+        """No L2 set aside for persisting lines, so none a call marked survives the flush; issued before the host
+        sync that precedes each flush. on_demand (settings.L2_RESET_ON_DEMAND): the limit is read first, and set
+        to 0 and the lines reset only where it is not 0. A fresh H100 context sets 9.4 MB aside; with a reset
+        before every flush a launch-bound figure read ~5% slower for the rest of the process (bench/l2step.py)."""
         if self._cudart is None:
+            return
+        if not self.on_demand:
+            self._cudart.cudaCtxResetPersistingL2Cache()
             return
         size = ctypes.c_size_t(0)
         if self._cudart.cudaDeviceGetLimit(ctypes.byref(size), CUDA_LIMIT_PERSISTING_L2) == 0 and size.value == 0:
             return
+        self._set_aside_none()
+
+    def _set_aside_none(self) -> None:
         rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
         rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
         self.l2_resets += 1
-        self.l2_reset = f"reset {self.l2_resets}x" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
+        self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
 
     def flush(self) -> None:
         self.reset_l2()
