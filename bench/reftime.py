@@ -7,7 +7,8 @@ elementwise op); the candidate is the reference's own code, so its figure must a
     python bench/reftime.py [--out DIR] [--tolerance 0.05] [--processes 5] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
 
 Exit 0 when every harness figure is within the tolerance of the plain figure (the median of --processes plain
-processes' medians, less those a disturbed device slowed: `undisturbed`); 1 otherwise. Variants of the plain
+processes' medians, less those a disturbed device slowed: `undisturbed`; each process times every problem in
+turn); 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
 held for 16 calls, as the harness's timed batches do), `onecore` (the process on one core, as a lane's workers
@@ -96,45 +97,49 @@ import json, os, sys, time, torch
 sys.path.insert(0, sys.argv[1])
 from harness.problem import ProblemSource, build_model, load_namespace, make_inputs
 from harness.worker.clocks import prefer_spin_wait
-path, variant, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+variant, n, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 if "onecore" in variant:
     os.sched_setaffinity(0, [max(os.sched_getaffinity(0))])
 if "spin" in variant:
     prefer_spin_wait()
-ns = load_namespace(ProblemSource("p", path, open(path).read()))
 torch.set_grad_enabled(False)
-model = build_model(ns["Model"], ns, 1, "cuda")
-draw = lambda s: make_inputs(ns, {}, s, "cuda")
-inputs = draw(1)
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
 flush = torch.empty(max(2 * l2, 256 * 2**20), dtype=torch.uint8, device="cuda")
-t0, k = time.monotonic(), 0
-while time.monotonic() - t0 < 0.025 or k < 10:
-    flush.zero_()
-    model(*inputs)
-    torch.cuda.synchronize()
-    k += 1
-times = []
-sets = [draw(k + 2) for k in range(16)] if "held" in variant else []
-held = []
-for k in range(n):
-    if "fresh" in variant:
-        inputs = draw(k + 2)
-    if sets:
-        inputs = sets[k % 16]
-    flush.zero_()
-    if "sync" in variant:
+for path in paths:
+    ns = load_namespace(ProblemSource("p", path, open(path).read()))
+    model = build_model(ns["Model"], ns, 1, "cuda")
+    draw = lambda s: make_inputs(ns, {}, s, "cuda")
+    inputs = draw(1)
+    t0, k = time.monotonic(), 0
+    while time.monotonic() - t0 < 0.025 or k < 10:
+        flush.zero_()
+        model(*inputs)
         torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    out = model(*inputs)
-    b.record()
-    torch.cuda.synchronize()
-    held = (held + [out])[-16:] if sets else held
-    del out
-    times.append(a.elapsed_time(b) * 1e3)
-times.sort()
-print(json.dumps({"median_us": times[len(times) // 2], "min_us": times[0], "runs": len(times)}))
+        k += 1
+    times = []
+    sets = [draw(k + 2) for k in range(16)] if "held" in variant else []
+    held = []
+    for k in range(n):
+        if "fresh" in variant:
+            inputs = draw(k + 2)
+        if sets:
+            inputs = sets[k % 16]
+        flush.zero_()
+        if "sync" in variant:
+            torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = model(*inputs)
+        b.record()
+        torch.cuda.synchronize()
+        held = (held + [out])[-16:] if sets else held
+        del out
+        times.append(a.elapsed_time(b) * 1e3)
+    times.sort()
+    print(json.dumps({"path": path, "median_us": times[len(times) // 2], "min_us": times[0], "runs": len(times)}),
+          flush=True)
+    del model, inputs, sets, held
+    torch.cuda.empty_cache()
 '''
 
 
@@ -147,24 +152,36 @@ def undisturbed(medians: list[float]) -> list[float]:
     return [m for m in medians if m <= DISTURBED * min(medians)] if medians else []
 
 
-def plain(problem: Path, variant: str, runs: int, processes: int = 1) -> dict:
-    """The plain figure, in processes of their own with the caller's environment (plus the variant's): the
-    median of the undisturbed processes' medians. More processes run, up to twice as many, until at least
-    min(3, processes) are undisturbed."""
+def plain(paths: dict[str, Path], variant: str, runs: int, processes: int = 1) -> dict[str, dict]:
+    """Each problem's plain figure, in processes of their own with the caller's environment (plus the variant's),
+    each timing every problem in turn as one user's process would: the median of the undisturbed processes'
+    medians. More processes run, up to twice as many, until every problem has min(3, processes) undisturbed."""
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     if "cublas" in variant:
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    medians: list[float] = []
-    while len(medians) < processes or (len(undisturbed(medians)) < min(3, processes)
-                                       and len(medians) < 2 * processes):
-        out = subprocess.run([sys.executable, "-c", PLAIN, str(REPO), str(problem), variant, str(runs)],
+    medians: dict[str, list[float]] = {stem: [] for stem in paths}
+    stem_of = {str(path): stem for stem, path in paths.items()}
+
+    def short(k: int) -> bool:
+        return k < processes or (any(len(undisturbed(m)) < min(3, processes) for m in medians.values())
+                                 and k < 2 * processes)
+
+    k = 0
+    while short(k):
+        out = subprocess.run([sys.executable, "-c", PLAIN, str(REPO), variant, str(runs), *map(str, paths.values())],
                              capture_output=True, text=True, env=env)
         if out.returncode:
-            return {"error": out.stderr.strip().splitlines()[-1:]}
-        medians.append(json.loads(out.stdout.strip().splitlines()[-1])["median_us"])
-    kept = sorted(undisturbed(medians))
-    return {"median_us": kept[len(kept) // 2], "process_medians": medians,
-            "disturbed": [m for m in medians if m not in kept]}
+            return {stem: {"error": out.stderr.strip().splitlines()[-1:]} for stem in paths}
+        for line in out.stdout.strip().splitlines():
+            got = json.loads(line)
+            medians[stem_of[got["path"]]].append(got["median_us"])
+        k += 1
+    figs = {}
+    for stem, m in medians.items():
+        kept = sorted(undisturbed(m))
+        figs[stem] = {"median_us": kept[len(kept) // 2], "process_medians": m,
+                      "disturbed": [x for x in m if x not in kept]}
+    return figs
 
 
 def write_problems(root: Path) -> tuple[Path, Path]:
@@ -183,8 +200,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--processes", type=int, default=5, help="plain processes per problem (the plain method's "
-                    "figure: the median of their medians)")
+    ap.add_argument("--processes", type=int, default=5, help="plain processes, each timing every problem in turn "
+                    "(the plain method's figure: the median of their medians)")
     ap.add_argument("--timing", default="", help="more timing settings for the harness, flow style: "
                     "'min_runs: 100, warmup_ms: 50'")
     ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, cublas")
@@ -202,8 +219,10 @@ def main() -> int:
         entries.update(json.loads(f.read_text()).get("entries", {}))
     variants = [v for v in a.variants.split(",") if v]
     rows, ok, plain_medians = [], rc1 == 0 and rc2 == 0, {}
+    paths = {stem: problems / f"{stem}.py" for stem in PROBLEMS}
+    by_variant = {v: plain(paths, v, a.runs, a.processes if v == "plain" else 1) for v in variants}
     for stem in PROBLEMS:
-        figs = {v: plain(problems / f"{stem}.py", v, a.runs, a.processes if v == "plain" else 1) for v in variants}
+        figs = {v: by_variant[v][stem] for v in variants}
         want = figs.get("plain", {}).get("median_us")
         plain_medians[stem] = {k: figs.get("plain", {}).get(k) for k in ("process_medians", "disturbed")}
         entry = next((e for e in entries.values() if e["problem"] == stem and e.get("eager")), {})
