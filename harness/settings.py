@@ -15,9 +15,12 @@ DEVICES = ("cuda", "cpu")
 STRICT_SANDBOX = ("cpu",)
 """Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
 nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
-folders, each with a folder of its own; elsewhere they may write anywhere but the repo, the run's files and the
+folders, each with a folder of its own and its stdout and stderr through a pipe (judge/logpump.py); elsewhere they may write anywhere but the repo, the run's files and the
 reference's caches, and read anything. No GPU acceptance run has yet passed whole with it on CUDA:
 ("cpu", "cuda") switches it on there."""
+LOG_CAP_BYTES = 16 * 2**20
+"""The most of a candidate worker's output a log keeps where the output comes through a pipe (the strict sandbox);
+the rest is counted and dropped."""
 L2_RESET_ON_DEMAND = False
 """The worker's clock sets the persisting-L2 limit to 0 and resets persisting lines at start; False: the lines are
 reset again before every flush; True: the limit is read before every flush, and both are done again only where a

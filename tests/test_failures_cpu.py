@@ -108,3 +108,17 @@ def test_inputs_that_cannot_fit_get_one_clear_line_and_the_run_goes_on(run_eval,
     (r,) = res.records
     assert r["status"] == "runtime_error" and "the inputs do not fit" in r["message"], r
     assert "GiB free on the cpu" in r["message"] and "\n" not in r["message"]
+
+
+def test_output_comes_through_a_pipe_and_a_log_keeps_at_most_its_cap(run_eval):
+    from harness.settings import LOG_CAP_BYTES, STRICT_SANDBOX
+
+    assert "cpu" in STRICT_SANDBOX
+    res = run_eval(CONFIGS / "cpu_failures.yaml", "--device", "cpu", "--solution",
+                   str(CANDIDATES / "output" / "chatty.py"), str(CANDIDATES / "honest" / "python_cpu.py"))
+    assert res.rc == 0, res.stderr[-2000:]
+    assert [res.by(s)["status"] for s in ("chatty", "python_cpu")] == ["correct", "correct"]
+    log = (res.out / "logs" / "chatty.log").read_bytes()
+    assert b"chatty: stdout is pipe:" in log and b"stderr is pipe:" in log
+    assert str(res.out).encode() not in log
+    assert len(log) < LOG_CAP_BYTES + 1024 and b"more bytes of output dropped" in log

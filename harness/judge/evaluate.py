@@ -81,8 +81,8 @@ class CandidateEvaluation:
         self.worker = w
         with self.stages("worker_load"):
             deadline = time.monotonic() + self.plan.config.timeouts.load_s
-            w.give_log(self.log)
-            self.ask("log", deadline, path=str(self.log))
+            if not w.use_log(self.log):
+                self.ask("log", deadline, path=str(self.log))
             try:
                 self.ask("load", deadline, path=str(self.cand.copy_path), cores=self.lane.cores,
                           poison_bytes=POISON_BYTES if self.plan.device == "cuda" else 0, cache_dir=self.build.ext_root,

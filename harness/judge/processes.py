@@ -16,6 +16,7 @@ from pathlib import Path
 from ..sandbox import own_folder, with_own
 from . import forkserver
 from .isolation import Identity
+from .logpump import LogPump
 from .stopping import descendants
 
 MAX_REPLY_BYTES = 64 * 2**20
@@ -90,9 +91,10 @@ def groups_stopped(pids):
 
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
-                 identity: Identity | None = None, own: bool = False):
+                 identity: Identity | None = None, own: bool = False, piped: bool = False):
         """own: the worker gets a folder of its own beneath the scratch folder `cwd` (sandbox.own_folder), its
-        cwd, TMPDIR and output slots, which no other candidate's process may read or write."""
+        cwd, TMPDIR and output slots, which no other candidate's process may read or write. piped: its stdout
+        and stderr are a pipe the judge drains into its log (logpump.LogPump), not the log file itself."""
         parent, child = Pipe(duplex=True)
         self.identity = identity
         self._own = Path(own_folder(cwd)) if own and identity is None else None
@@ -100,15 +102,19 @@ class WorkerHandle:
         mine = identity.env() if identity else {"TMPDIR": str(self._own)} if self._own else {}
         full_env = forkserver.worker_env(repo_root, dict(env, **mine))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")
+        self._pump = LogPump(log_path) if piped else None
+        self._log = None if piped else open(log_path, "ab")
+        out = self._pump.write_fd if self._pump else self._log.fileno()
         cwd = self.folder
         server = forkserver.current() if identity is None else None
-        proc = server.fork(full_env, cwd, self._log.fileno(), child.fileno()) if server else None
+        proc = server.fork(full_env, cwd, out, child.fileno()) if server else None
         self.proc = proc or subprocess.Popen(
             [sys.executable, "-m", "harness.worker", str(child.fileno())], pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=full_env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=full_env,
             start_new_session=True, **(identity.popen() if identity else {}))
         child.close()
+        if self._pump:
+            self._pump.handed()
         self.conn, self.trusted, self.alive = parent, trusted, True
 
     @property
@@ -158,11 +164,16 @@ class WorkerHandle:
         """The run's sandbox for this worker: its own folder to write and read as well."""
         return with_own(spec, self.folder)
 
-    def give_log(self, path: Path) -> None:
-        """A worker under a user of its own opens its log itself: the judge makes it and hands it over."""
+    def use_log(self, path: Path) -> bool:
+        """The worker's log from here on: True where the judge writes it (piped); else the worker opens it
+        itself (the `log` command), under a user of its own once the judge has made the file theirs."""
+        if self._pump is not None:
+            self._pump.switch(path)
+            return True
         if self.identity is not None:
             path.touch(mode=0o600)
             os.chown(path, self.identity.uid, self.identity.uid)
+        return False
 
     def request(self, cmd: str, timeout: float, **args) -> dict:
         self.send({"cmd": cmd, **args})
@@ -186,7 +197,7 @@ class WorkerHandle:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
             self.conn.close()
-            self._log.close()
+            (self._pump or self._log).close()
             if self.identity is not None:
                 self.identity.end()
             if self._own is not None:

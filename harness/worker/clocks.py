@@ -83,14 +83,13 @@ class CudaClock:
         self._cudart = find_cudart()
         self.on_demand = on_demand
         self.l2_reset = "unavailable"
-        self.l2_resets = 0
         if self._cudart is not None:
             self._set_aside_none()
         self.flush_us: float | None = None  # the flush's and the spin's device speed, measured once a hold needs them
         self.spin_cycles_per_us = 0.0
 
     def _calibrate(self) -> None:
-        self.flush_us = self._device_us(lambda: _zero(self.flush_buf))
+        self.flush_us = self._device_us(self.flush)
         if _spin is not None:
             us = self._device_us(lambda: _spin(SPIN_PROBE_CYCLES))
             self.spin_cycles_per_us = SPIN_PROBE_CYCLES / us if us > 0 else 0.0
@@ -109,10 +108,10 @@ class CudaClock:
         return sorted(times)[2]
 
     def reset_l2(self) -> None:
-        """No L2 set aside for persisting lines, so none a call marked survives the flush; issued before the host
-        sync that precedes each flush. on_demand (settings.L2_RESET_ON_DEMAND): the limit is read first, and set
-        to 0 and the lines reset only where it is not 0. A fresh H100 context sets 9.4 MB aside; with a reset
-        before every flush a launch-bound figure read ~5% slower for the rest of the process (bench/l2step.py)."""
+        """No L2 set aside for persisting lines, so none a call marked survives the flush. on_demand
+        (settings.L2_RESET_ON_DEMAND): the limit is read first (a host call), and set to 0 and the lines reset
+        only where it is not 0. A fresh H100 context sets 9.4 MB aside; with a reset at every flush a
+        launch-bound figure read ~5% slower for the rest of the process (bench/l2step.py)."""
         if self._cudart is None:
             return
         if not self.on_demand:
@@ -126,7 +125,6 @@ class CudaClock:
     def _set_aside_none(self) -> None:
         rc1 = self._cudart.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
         rc2 = self._cudart.cudaCtxResetPersistingL2Cache()
-        self.l2_resets += 1
         self.l2_reset = "ok" if rc1 == 0 and rc2 == 0 else f"error {rc1}/{rc2}"
 
     def flush(self) -> None:
@@ -135,7 +133,7 @@ class CudaClock:
 
     def hold(self, cover_us: float) -> None:
         """The flush, then the device kept busy until cover_us in all (a spin, or more flushes without one)."""
-        _zero(self.flush_buf)
+        self.flush()
         pad = cover_us - (self.flush_us or cover_us)
         if pad <= 1.0:
             return
@@ -150,9 +148,7 @@ class CudaClock:
         ef, e0, e1, e2 = self._events
         if behind_flush and cover_us > 0 and self.flush_us is None:
             self._calibrate()
-        if behind_flush:
-            self.reset_l2()
-        else:
+        if not behind_flush:
             self.flush()
         self._sync()
         h0 = _perf_ns()
