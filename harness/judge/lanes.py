@@ -108,7 +108,8 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
     """How a lane starts a spare: the worker, its init with the problem (no device), then its device step in the
     device's turn (a CUDA context, the poisoned block, the first shape's kernels loaded)."""
     init_args = {"role": "candidate", "device": plan.device, "problem_src": problem_src, "fp_seed": plan.fp_seed,
-                 "cache_dir": str(plan.cache_dir), "cores": cores, "device_now": False, "env": lane_env}
+                 "cache_dir": str(plan.cache_dir), "cores": cores, "device_now": False, "env": lane_env,
+                 "strict": plan.strict_sandbox}
 
     def make(register) -> WorkerHandle | None:
         # under --isolate, a worker that imports candidates runs as a user of its own

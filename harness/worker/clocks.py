@@ -168,6 +168,16 @@ class CudaClock:
                                   (l1 - l0) / 1e3)
 
 
+def guard_flush(clock, guard: Callable[[], Any]) -> None:
+    """The clock's flush (and hold) inside `guard()` from now on: no hook of the candidate's acts on the
+    flush's torch calls, just before the clock starts."""
+    if guard is contextlib.nullcontext:
+        return
+    for name in ("flush", "hold"):
+        if hasattr(clock, name):
+            setattr(clock, name, _guarded(getattr(clock, name), guard))
+
+
 class CpuClock:
     """Monotonic host clock around the call; the flush writes a buffer twice the last-level cache."""
 
@@ -193,11 +203,14 @@ class CpuClock:
 
 
 def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after: Callable[[Any], Any],
-             on_call: Callable[[int, Any, Any], None], s: LoopSettings) -> tuple[list[Sample], int]:
+             on_call: Callable[[int, Any, Any], None], s: LoopSettings,
+             guard: Callable[[], Any] = contextlib.nullcontext) -> tuple[list[Sample], int]:
     """Warm up, then sample until the error of the figure read (the samples' `quantile`, not the mean: its
     rule stops too early for a low quantile) is under target, or the budget or max_runs is spent. At least two
     samples are taken whatever the budget: on a busy host one input draw can outlast a short round's budget,
-    and one sample has no spread."""
+    and one sample has no spread. Everything but the call itself runs inside `guard()` (watch.hooks_off)."""
+    if guard is not contextlib.nullcontext:
+        step, after, on_call = _guarded(step, guard), _guarded(after, guard), _guarded(on_call, guard)
     start = _monotonic()
     measure_start = None
     samples: list[Sample] = []
@@ -225,3 +238,11 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
             break
         i += 1
     return samples, i + 1 - len(samples)
+
+
+def _guarded(fn: Callable, guard: Callable[[], Any]) -> Callable:
+    def inside(*args):
+        with guard():
+            return fn(*args)
+
+    return inside

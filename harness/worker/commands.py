@@ -1,6 +1,7 @@
 """The worker: runs the reference or one candidate on the judge's commands and sends evidence, never a verdict
 (JSON, raw output frames or files; nothing from a candidate is unpickled, later patches are reported)."""
 
+import contextlib
 import importlib
 import json
 import os
@@ -33,7 +34,7 @@ from .outputs import (
     tensor_meta,
 )
 from .timed import TimedCommands
-from .watch import RuntimeWatch, native_threads, settle_gc
+from .watch import RuntimeWatch, hooks_off, native_threads, settle_gc
 
 _perf = time.perf_counter
 _set_det = torch.use_deterministic_algorithms
@@ -59,6 +60,7 @@ class Worker(TimedCommands):
         self.py_threads: set[int] = set()
         self.slots = OutputSlots()
         self.returned: list = []
+        self.guard = contextlib.nullcontext
 
     def send(self, obj: dict) -> None:
         self.conn.send_bytes(json.dumps(obj).encode())
@@ -123,9 +125,11 @@ class Worker(TimedCommands):
 
     def cmd_init(self, frames, role: str, device: str, problem_src: dict, fp_seed: int, cache_dir: str,
                  cores: list[int] | None = None, device_now: bool = True, env: dict | None = None,
-                 cwd: str | None = None) -> dict:
+                 cwd: str | None = None, strict: bool = False) -> dict:
         """A spare starts its device later (`device`, in its turn): a CUDA context made while another
-        candidate is timed would share its GPU. env is applied before anything reads it."""
+        candidate is timed would share its GPU. env is applied before anything reads it. strict: draws and
+        output reads of timed calls run with the candidate's hooks off (watch.hooks_off)."""
+        self.guard = hooks_off if strict else contextlib.nullcontext
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
@@ -167,6 +171,7 @@ class Worker(TimedCommands):
             flush = max(2 * llc, 64 * 2**20)
             info.update(cpu_cache_bytes=llc)
             self.clock = clocks.CpuClock(flush)
+        clocks.guard_flush(self.clock, self.guard)
         torch.ones(1 << 22, device=self.device).sum()
         self.sync()
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)

@@ -83,8 +83,10 @@ class TimedCommands:
 
         threads_before = native_threads()
         samples, unsampled = clocks.run_loop(self.clock, step, lambda _: None,
-                                             lambda i, out, _: feed.hold(i, current[0], out), LoopSettings(**loop))
-        feed.settle()
+                                             lambda i, out, _: feed.hold(i, current[0], out), LoopSettings(**loop),
+                                             self.guard)
+        with self.guard():
+            feed.settle()
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
                 "span_us": [s.span_us for s in samples], "launch_us": [s.launch_us for s in samples],
                 "sample_calls": [s.call for s in samples],
@@ -136,7 +138,7 @@ class TimedCommands:
             poison(outs)
 
         samples, unsampled = clocks.run_loop(self.clock, lambda i: (graph.replay, refill(i)), after, on_call,
-                                             LoopSettings(**loop))
+                                             LoopSettings(**loop), self.guard)
         return {"graph_ok": True, "device_us": [s.device_us for s in samples], "unsampled": unsampled,
                 "calls": _calls_json(calls)}
 
@@ -150,16 +152,20 @@ class TimedCommands:
             self.sync()
             self.send({"ready": k})
             go = self.recv()
-            args = self.inputs(int(go.get("seed", 0)))
+            with self.guard():
+                args = self.inputs(int(go.get("seed", 0)))
             if go.get("go") == "call":
-                outs = plain_outputs(self.model(*args))
-                template = [(o.shape, o.dtype) for o in outs]
+                out = self.model(*args)
+                with self.guard():
+                    outs = plain_outputs(out)
+                    template = [(o.shape, o.dtype) for o in outs]
             else:
                 outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in template]
             self.sync()
-            ins = [x for x in args if isinstance(x, torch.Tensor)]
-            exact = self.fp.exact_many(outs + ins).tolist()
-            projs = torch.stack([self.fp.projection(o) for o in outs]).tolist() if projection and outs else None
-            poison(outs + ins)
+            with self.guard():
+                ins = [x for x in args if isinstance(x, torch.Tensor)]
+                exact = self.fp.exact_many(outs + ins).tolist()
+                projs = torch.stack([self.fp.projection(o) for o in outs]).tolist() if projection and outs else None
+                poison(outs + ins)
             self.send({"done": k, "fp": [exact[:len(outs)], projs, exact[len(outs):]]})
         return {}

@@ -2,6 +2,7 @@
 runs beside candidate code, so a clean report is evidence, never a verdict."""
 
 import builtins
+import contextlib
 import gc
 import os
 import sys
@@ -11,10 +12,48 @@ import types
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 _listdir = os.listdir
 _gc_collect = gc.collect
 _gc_freeze = gc.freeze
+_getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
+_monitoring = getattr(sys, "monitoring", None)
+_fn_modes = torch._C._len_torch_function_stack
+_pop_fn_mode = torch._C._pop_torch_function_stack
+_push_fn_mode = torch._C._push_on_torch_function_stack
+
+
+@contextlib.contextmanager
+def hooks_off():
+    """No code a candidate installed runs while the harness draws inputs or reads outputs: its torch function
+    and dispatch modes, its profile and trace functions and its sys.monitoring events are off meanwhile and
+    back after, for its own calls. A hook that does a call's work when the harness first touches the output,
+    after the clock has stopped, or that sees the next inputs as they are drawn, sees nothing. The harness's
+    own modes (`torch.device` around a draw) work inside."""
+    prof, trace = _getprofile(), _gettrace()
+    _setprofile(None)
+    _settrace(None)
+    events = {}
+    if _monitoring is not None:
+        for tool in range(6):
+            if _monitoring.get_tool(tool) is not None:
+                events[tool] = _monitoring.get_events(tool)
+                _monitoring.set_events(tool, 0)
+    modes = []
+    while _fn_modes() > 0:
+        modes.append(_pop_fn_mode())
+    try:
+        with _disable_current_modes():
+            yield
+    finally:
+        for m in reversed(modes):
+            _push_fn_mode(m)
+        for tool, ev in events.items():
+            with contextlib.suppress(ValueError):
+                _monitoring.set_events(tool, ev)
+        _settrace(trace)
+        _setprofile(prof)
 
 
 def settle_gc() -> None:
