@@ -122,3 +122,4 @@ def test_output_comes_through_a_pipe_and_a_log_keeps_at_most_its_cap(run_eval):
     assert b"chatty: stdout is pipe:" in log and b"stderr is pipe:" in log
     assert str(res.out).encode() not in log
     assert len(log) < LOG_CAP_BYTES + 1024 and b"more bytes of output dropped" in log
+    assert "candidate output through a pipe" in res.run_json["write_sandbox"]

@@ -33,10 +33,11 @@ def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path
     `harness.sandbox.restrict`. `strict` (settings.STRICT_SANDBOX): nothing but the latter and device nodes, and
     no file read of the run's folder, the results folder beside the repo, the other processes' own folders or
     other runs' scratch (`sandbox.with_own` adds each process's own). None where the kernel has no Landlock.
-    And a line for run.json."""
+    And a line for run.json, which also names strict's other defences (a pipe for output, hooks off)."""
     abi = sandbox.abi_version()
+    also = "; candidate output through a pipe, candidate hooks off around timed calls" if strict else ""
     if abi < 1:
-        return None, "none: Landlock is not available on this kernel (the guard restores changes instead)"
+        return None, f"none: Landlock is not available on this kernel (the guard restores changes instead){also}"
     spec = {"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],
             "allow": [str(cache_dir), str(scratch), *map(str, more)], "allowlist": strict}
     if not strict:  # workers and builds share the scratch folder, and write their files in it
@@ -45,7 +46,7 @@ def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path
     hide = [str(out_dir), str(repo_root / "results"), own, str(scratch.parent / f"{SCRATCH_PREFIX}*")]
     how = ("writes only to its scratch, TMPDIR, the build and JIT caches and device nodes; no reads of the run's "
            "files, other runs' or other candidates' files")
-    return {**spec, "protect": [*spec["protect"], own], "hide": hide}, f"landlock ABI {abi}: {how}"
+    return {**spec, "protect": [*spec["protect"], own], "hide": hide}, f"landlock ABI {abi}: {how}{also}"
 
 
 class TreeGuard:
