@@ -115,7 +115,7 @@ def spare_maker(plan, repo_root: Path, lane_env: dict, scratch: Path, log: Path,
         # under --isolate, a worker that imports candidates runs as a user of its own
         w = WorkerHandle(repo_root=repo_root, env=lane_env, log_path=log, cwd=scratch, trusted=False,
                          identity=isolation.new_identity() if plan.isolate else None,
-                         own=plan.strict_sandbox, piped=plan.strict_sandbox)
+                         strict=plan.strict_sandbox)
         register(w)
         started = profile.now()
         try:

@@ -91,19 +91,20 @@ def groups_stopped(pids):
 
 class WorkerHandle:
     def __init__(self, *, repo_root: Path, env: dict[str, str], log_path: Path, cwd: Path, trusted: bool,
-                 identity: Identity | None = None, own: bool = False, piped: bool = False):
-        """own: the worker gets a folder of its own beneath the scratch folder `cwd` (sandbox.own_folder), its
-        cwd, TMPDIR and output slots, which no other candidate's process may read or write. piped: its stdout
-        and stderr are a pipe the judge drains into its log (logpump.LogPump), not the log file itself."""
+                 identity: Identity | None = None, strict: bool = False):
+        """strict (Plan.strict_sandbox): the worker gets a folder of its own beneath the scratch folder `cwd`
+        (sandbox.own_folder), its cwd, TMPDIR and output slots, which no other candidate's process may read or
+        write; and its stdout and stderr are a pipe the judge drains into its log (logpump.LogPump), not the log
+        file itself."""
         parent, child = Pipe(duplex=True)
         self.identity = identity
-        self._own = Path(own_folder(cwd)) if own and identity is None else None
+        self._own = Path(own_folder(cwd)) if strict and identity is None else None
         self.folder = identity.home if identity else self._own or cwd
         mine = identity.env() if identity else {"TMPDIR": str(self._own)} if self._own else {}
         full_env = forkserver.worker_env(repo_root, dict(env, **mine))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._pump = LogPump(log_path) if piped else None
-        self._log = None if piped else open(log_path, "ab")
+        self._pump = LogPump(log_path) if strict else None
+        self._log = None if strict else open(log_path, "ab")
         out = self._pump.write_fd if self._pump else self._log.fileno()
         cwd = self.folder
         server = forkserver.current() if identity is None else None
@@ -165,7 +166,7 @@ class WorkerHandle:
         return with_own(spec, self.folder)
 
     def use_log(self, path: Path) -> bool:
-        """The worker's log from here on: True where the judge writes it (piped); else the worker opens it
+        """The worker's log from here on: True where the judge writes it (strict); else the worker opens it
         itself (the `log` command), under a user of its own once the judge has made the file theirs."""
         if self._pump is not None:
             self._pump.switch(path)

@@ -171,8 +171,6 @@ class CudaClock:
 def guard_flush(clock, guard: Callable[[], Any]) -> None:
     """The clock's flush (and hold) inside `guard()` from now on: no hook of the candidate's acts on the
     flush's torch calls, just before the clock starts."""
-    if guard is contextlib.nullcontext:
-        return
     for name in ("flush", "hold"):
         if hasattr(clock, name):
             setattr(clock, name, _guarded(getattr(clock, name), guard))
@@ -209,8 +207,7 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
     rule stops too early for a low quantile) is under target, or the budget or max_runs is spent. At least two
     samples are taken whatever the budget: on a busy host one input draw can outlast a short round's budget,
     and one sample has no spread. Everything but the call itself runs inside `guard()` (watch.hooks_off)."""
-    if guard is not contextlib.nullcontext:
-        step, after, on_call = _guarded(step, guard), _guarded(after, guard), _guarded(on_call, guard)
+    step, after, on_call = _guarded(step, guard), _guarded(after, guard), _guarded(on_call, guard)
     start = _monotonic()
     measure_start = None
     samples: list[Sample] = []
@@ -241,6 +238,10 @@ def run_loop(clock, step: Callable[[int], tuple[Callable[[], Any], bool]], after
 
 
 def _guarded(fn: Callable, guard: Callable[[], Any]) -> Callable:
+    """fn, called inside guard(); fn itself where there is no guard (nullcontext), adding nothing to a loop."""
+    if guard is contextlib.nullcontext:
+        return fn
+
     def inside(*args):
         with guard():
             return fn(*args)
