@@ -118,7 +118,8 @@ def test_the_python_api_takes_the_cluster_option(cluster, build_cache, tmp_path)
                                    device="cpu", seed=7, cache=str(build_cache), cluster=f"ray:{c.address}")
     finally:
         ray.shutdown()
-    assert [(r["solution"], r["status"]) for r in records] == [("honest", "correct"), ("wrong", "incorrect")]
+    assert [(r["solution"], r["status"]) for r in records] == [("honest", "correct"), ("wrong", "incorrect")], \
+        [(r["solution"], r["flags"], r["message"]) for r in records]
     assert all(r["node"] for r in records)
 
 

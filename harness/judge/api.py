@@ -1,7 +1,6 @@
 """The Python entry point, for loops that evaluate candidates held in memory: the command line's plan, run and
 records, in the caller's process, with no subprocess per call and no output folder to parse."""
 
-import json
 import re
 import tempfile
 import threading
@@ -103,17 +102,16 @@ class Evaluator:
                 from .cluster import LanePool, run_cluster
 
                 self._lanes = self._lanes or LanePool()
-                run_cluster(plan, self.console, REPO_ROOT, args.cluster, pool=self._lanes)
+                done = run_cluster(plan, self.console, REPO_ROOT, args.cluster, pool=self._lanes)
             else:
                 from .runner import Runner
 
                 plan = replace(plan, baseline={**self._known, **(plan.baseline or {})})
                 runner = Runner(plan, self.console, REPO_ROOT)
-                runner.run()
+                done = runner.run()
                 self._known.update(runner.baseline_entries())
-            lines = (plan.out_dir / "results.jsonl").read_text().splitlines()
             order = {key: i for i, key in enumerate((n, s.name) for n, _ in plan.solutions for s in plan.shapes)}
-            records = [_outside(json.loads(line), tmp) for line in lines if line.strip()]  # in the order they finished
+            records = [_outside(r.to_json(), tmp) for r in done]  # in the order they finished
             return sorted(records, key=lambda r: order.get((r["solution"], r["shape"]), len(order)))
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from . import baseline, forkserver, isolation, report, stopping
 from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes, work_root
+from .verdict import Status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages once installed
 
@@ -185,11 +186,11 @@ HARNESS_ERROR_EXIT = 3
 def exit_code(records, strict: bool) -> int:
     """3 when a record is harness_error (the harness failed, not the candidate), else 1 with --strict when a
     record is not correct, else 0."""
-    if any(r.status == "harness_error" for r in records):
+    if any(r.status == Status.HARNESS_ERROR for r in records):
         sys.stderr.write("run_eval.py: a fault of the harness's own left records with status harness_error "
                          "(tracebacks in the candidates' logs)\n")
         return HARNESS_ERROR_EXIT
-    return 1 if strict and any(r.status != "correct" for r in records) else 0
+    return 1 if strict and any(r.status != Status.CORRECT for r in records) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

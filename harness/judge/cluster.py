@@ -33,6 +33,7 @@ from .cluster_builds import REPO, build_task, node_cache, source_memo_key, unpac
 from .plan import Plan
 from .records import Record, RecordWriter, read_records, safe_name, write_run_json
 from .schedule import Scheduler
+from .verdict import Status
 
 ATTEMPTS = 3  # lanes a candidate is handed to before its records say the cluster could not evaluate it
 DEPTH = 2  # candidates a lane holds at once while enough wait (schedule.Scheduler)
@@ -239,7 +240,7 @@ LOST = "the cluster could not evaluate it: "
 
 
 def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], message: str) -> list[Record]:
-    return [Record(solution=name, problem=plan.problem.name, shape=s, status="runtime_error",
+    return [Record(solution=name, problem=plan.problem.name, shape=s, status=Status.RUNTIME_ERROR,
                    message=message[:2000], solution_path=str(path))
             for s in shapes]
 

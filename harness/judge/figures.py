@@ -39,7 +39,7 @@ def speedups(ev: Evidence, ref_t: RefTiming, metric: str, q: float) -> tuple[flo
 def make_record(plan, lane, cand: Candidate, shape: Shape, ev: Evidence, ref_t: RefTiming, log: str,
                 times_file: str | None, profile: dict | None) -> Record:
     d = verdict.decide(ev)
-    correct = d.status == "correct"
+    correct = d.status == verdict.Status.CORRECT
     flags = list(d.flags)
     t = ev.timing
     timing = floors = speedup = speedup_compile = speedup_ci = speedup_compile_ci = None

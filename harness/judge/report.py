@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..stats import fast_p, geomean
 from .records import Record, TimingFigures
-from .verdict import UNRANKED
+from .verdict import UNRANKED, Status
 
 FAST_P = (0.0, 0.5, 1.0, 1.5, 2.0)
 TIMING_COLUMNS = ("time_us", "runs", "iqr_us", "gpu_time_us", "ref_time_us", "ref_compile_time_us",
@@ -51,7 +51,7 @@ def rows(records: list[Record]) -> list[dict]:
 
 def ranked(r: Record) -> bool:
     """Correct, and not left out of rankings by the verdict (verdict.UNRANKED)."""
-    return r.status == "correct" and not UNRANKED & set(r.flags)
+    return r.status == Status.CORRECT and not UNRANKED & set(r.flags)
 
 
 def summary(records: list[Record]) -> dict:
@@ -62,7 +62,7 @@ def summary(records: list[Record]) -> dict:
     sols = {}
     for name in dict.fromkeys(r.solution for r in records):
         rs = [r for r in records if r.solution == name]
-        ok = [r for r in rs if r.status == "correct"]
+        ok = [r for r in rs if r.status == Status.CORRECT]
         top = [r for r in ok if ranked(r)]
         sols[name] = {"shapes": len(rs), "correct": len(ok), "ranked": len(top),
                       "geomean_speedup": geomean(r.speedup for r in top),
@@ -139,6 +139,6 @@ def write_files(records: list[Record], out_dir: Path, note: str) -> None:
     fp = ", ".join(f"fast_{p} = {v:.2f}" for p, v in s["fast_p"].items())
     lines += ["", f"fast_p over solutions (geomean of lower 95% bounds > p): {fp}"]
     failing = [f"- {d['solution']} / {d['shape']}: {d['status']}: {d['message']}" for d in data
-               if d["status"] != "correct" and d["message"]]
+               if d["status"] != Status.CORRECT and d["message"]]
     lines += ["", "Messages:", "", *failing] if failing else []
     (out_dir / "summary.md").write_text("\n".join(lines) + "\n")

@@ -22,6 +22,7 @@ from .config import config_from, load_config, read_yaml
 from .plan import work_root
 from .records import Record
 from .report import FAST_P, lower, ranked
+from .verdict import Status
 
 SECTIONS = ("shapes", "cpu_shapes", "check", "timing", "build", "timeouts", "static_checks")
 
@@ -159,10 +160,10 @@ def suite_rows(records: list[Record]) -> list[dict]:
     rows = []
     for prob, sol in keys:
         rs = [r for r in records if (r.problem, r.solution) == (prob, sol)]
-        ok = all(r.status == "correct" for r in rs)
+        ok = all(r.status == Status.CORRECT for r in rs)
         rank = ok and all(ranked(r) for r in rs)
         rows.append({"problem": prob, "level": rs[0].level, "solution": sol, "correct": ok, "ranked": rank,
-                     "status": "correct" if ok else next(r.status for r in rs if r.status != "correct"),
+                     "status": Status.CORRECT if ok else next(r.status for r in rs if r.status != Status.CORRECT),
                      "speedup": geomean(r.speedup for r in rs) if rank else None,
                      "speedup_lo": geomean(lower(r) for r in rs) if rank else None,
                      "speedup_compile": geomean(r.speedup_compile for r in rs) if rank else None})

@@ -4,34 +4,75 @@ measurement into a flag, or decides which timed calls are verified, is here with
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..stats import quantile
 from .evidence import Comparison, Evidence
 
-STATUSES = ("correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected", "harness_error")
+
+class Status(StrEnum):
+    """A record's status; each member is the string results.jsonl holds."""
+
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+    HARNESS_ERROR = "harness_error"
+
+
+class Flag(StrEnum):
+    """Every flag a verdict gives but the static checker's, which read `static:<rule>`."""
+
+    PATCHED_RUNTIME = "patched_runtime"
+    NOT_PLAIN_TENSOR = "not_plain_tensor"
+    OUTPUT_ALIASES_INPUT = "output_aliases_input"
+    INPUT_MUTATED = "input_mutated"
+    REPLAYED_OUTPUT = "replayed_output"
+    TIMED_OUTPUT_MISMATCH = "timed_output_mismatch"
+    WORK_OUTSIDE_TIMING = "work_outside_timing"
+    TIMER_MISMATCH = "timer_mismatch"
+    FASTER_THAN_MEMORY = "faster_than_memory"
+    TAMPERED_FILES = "tampered_files"
+    WRONG_COUNT = "wrong_count"
+    WRONG_SHAPE = "wrong_shape"
+    WRONG_DTYPE = "wrong_dtype"
+    WRONG_DEVICE = "wrong_device"
+    MISMATCH = "mismatch"
+    UNINITIALIZED_OUTPUT = "uninitialized_output"
+    REFERENCE_ERROR = "reference_error"
+    LAUNCH_BOUND = "launch_bound"
+    NOT_GRAPH_SAFE = "not_graph_safe"
+    OWN_KERNEL_NOT_LAUNCHED = "own_kernel_not_launched"
+    WEAK_CHECK = "weak_check"
+    UNSTABLE = "unstable"
+
+
 
 REJECTING = {
-    "patched_runtime": "replaced a function of torch, time, builtins or the harness at run time",
-    "not_plain_tensor": "returned something other than plain dense torch.Tensor outputs",
-    "output_aliases_input": "returned an output that shares memory with an input",
-    "input_mutated": "changed its inputs",
-    "replayed_output": "returned the answer to an earlier input (output reuse)",
-    "timed_output_mismatch": "gave wrong outputs on timed calls that checks did not see",
-    "work_outside_timing": "did work after returning (side stream, thread or late writes)",
-    "timer_mismatch": "reported times the judge's own clock contradicts",
-    "faster_than_memory": "ran faster than moving its minimum bytes at the measured copy bandwidth allows",
-    "tampered_files": "wrote into the harness's tree or the run's results",
+    Flag.PATCHED_RUNTIME: "replaced a function of torch, time, builtins or the harness at run time",
+    Flag.NOT_PLAIN_TENSOR: "returned something other than plain dense torch.Tensor outputs",
+    Flag.OUTPUT_ALIASES_INPUT: "returned an output that shares memory with an input",
+    Flag.INPUT_MUTATED: "changed its inputs",
+    Flag.REPLAYED_OUTPUT: "returned the answer to an earlier input (output reuse)",
+    Flag.TIMED_OUTPUT_MISMATCH: "gave wrong outputs on timed calls that checks did not see",
+    Flag.WORK_OUTSIDE_TIMING: "did work after returning (side stream, thread or late writes)",
+    Flag.TIMER_MISMATCH: "reported times the judge's own clock contradicts",
+    Flag.FASTER_THAN_MEMORY: "ran faster than moving its minimum bytes at the measured copy bandwidth allows",
+    Flag.TAMPERED_FILES: "wrote into the harness's tree or the run's results",
 }
-INCORRECT = {"wrong_count", "wrong_shape", "wrong_dtype", "wrong_device", "mismatch", "uninitialized_output"}
+INCORRECT = {Flag.WRONG_COUNT, Flag.WRONG_SHAPE, Flag.WRONG_DTYPE, Flag.WRONG_DEVICE, Flag.MISMATCH,
+             Flag.UNINITIALIZED_OUTPUT}
 INFO = {
-    "launch_bound": "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
-    "not_graph_safe": "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
-    "own_kernel_not_launched": "a forward under the GPU profiler launched none of the kernels the source defines",
-    "weak_check": "an output's reference values are too close to one constant for the check to tell them apart; "
+    Flag.LAUNCH_BOUND: "time within 1.5x of the shape's launch floor: the figure measures launch overhead",
+    Flag.NOT_GRAPH_SAFE: "CUDA-graph capture failed or replays gave wrong outputs; gpu_time_us is null",
+    Flag.OWN_KERNEL_NOT_LAUNCHED: "a forward under the GPU profiler launched none of the kernels the source defines",
+    Flag.WEAK_CHECK: "an output's reference values are too close to one constant for the check to tell them apart; "
                   "not ranked",
-    "unstable": "the speedup's 95% interval reaches beyond 1.5x either side of it: no point figure; not ranked",
+    Flag.UNSTABLE: "the speedup's 95% interval reaches beyond 1.5x either side of it: no point figure; not ranked",
 }
-UNRANKED = {"weak_check", "unstable"}
+UNRANKED = {Flag.WEAK_CHECK, Flag.UNSTABLE}
 RUNTIME_DECIDED = "torch_compute_in_forward"
 """The static warning that the launched kernels replace where the GPU profiler saw them."""
 
@@ -65,7 +106,7 @@ WEAK_RESOLUTION_ULPS = 16         # a spread under 16 units in the last place of
 
 @dataclass(frozen=True)
 class Decision:
-    status: str
+    status: Status
     flags: tuple[str, ...]
     message: str
     failing_seed: int | None = None
@@ -76,57 +117,57 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
     """Flags that reject, each with the observation behind it."""
     flags: dict[str, str] = {}
     if e.patched:
-        flags["patched_runtime"] = "replaced " + ", ".join(sorted(e.patched)[:5])
+        flags[Flag.PATCHED_RUNTIME] = "replaced " + ", ".join(sorted(e.patched)[:5])
     if e.bad_output and e.bad_output[0] == "not_plain_tensor":
-        flags["not_plain_tensor"] = e.bad_output[1]
+        flags[Flag.NOT_PLAIN_TENSOR] = e.bad_output[1]
     for c in e.checks:
         if c.aliases_input:
-            flags["output_aliases_input"] = f"seed {c.seed}: output shares storage with an input"
+            flags[Flag.OUTPUT_ALIASES_INPUT] = f"seed {c.seed}: output shares storage with an input"
         if c.input_mutated:
-            flags["input_mutated"] = f"seed {c.seed}: inputs differ after the call"
+            flags[Flag.INPUT_MUTATED] = f"seed {c.seed}: inputs differ after the call"
         if not c.deterministic_kept:
-            flags["patched_runtime"] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
+            flags[Flag.PATCHED_RUNTIME] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
         if c.replay_of == -1:
-            flags["replayed_output"] = f"seed {c.seed}: returned an earlier call's output tensor again, not rewritten"
+            flags[Flag.REPLAYED_OUTPUT] = f"seed {c.seed}: returned an earlier call's output tensor again, not rewritten"
         elif c.replay_of is not None:
-            flags["replayed_output"] = f"seed {c.seed}: output equals the reference for seed {c.replay_of}"
+            flags[Flag.REPLAYED_OUTPUT] = f"seed {c.seed}: output equals the reference for seed {c.replay_of}"
         if c.late_write:
-            flags["work_outside_timing"] = f"seed {c.seed}: output changed after forward returned"
+            flags[Flag.WORK_OUTSIDE_TIMING] = f"seed {c.seed}: output changed after forward returned"
         if c.extra_py_threads:
-            flags["work_outside_timing"] = f"threads left running: {', '.join(c.extra_py_threads[:3])}"
+            flags[Flag.WORK_OUTSIDE_TIMING] = f"threads left running: {', '.join(c.extra_py_threads[:3])}"
         if c.thread_growth:
-            flags["work_outside_timing"] = f"seed {c.seed}: a call started native threads"
+            flags[Flag.WORK_OUTSIDE_TIMING] = f"seed {c.seed}: a call started native threads"
     if e.timing_py_threads:
-        flags["work_outside_timing"] = f"threads left running: {', '.join(e.timing_py_threads[:3])}"
+        flags[Flag.WORK_OUTSIDE_TIMING] = f"threads left running: {', '.join(e.timing_py_threads[:3])}"
     if e.timing_thread_growth:
-        flags["work_outside_timing"] = "native threads were started during timed calls"
+        flags[Flag.WORK_OUTSIDE_TIMING] = "native threads were started during timed calls"
     reused = [v for v in e.timed if v.reused]
     if reused:
-        flags["replayed_output"] = (f"{len(reused)} timed calls' outputs were returned again by a later call "
+        flags[Flag.REPLAYED_OUTPUT] = (f"{len(reused)} timed calls' outputs were returned again by a later call "
                                     f"(first: call {reused[0].index}): a drop-in replacement returns fresh outputs")
     bad = [v for v in e.timed if not v.ok and not v.reused]
     if bad:
-        flags["timed_output_mismatch"] = (f"{len(bad)} of {len(e.timed)} verified timed calls gave wrong outputs "
+        flags[Flag.TIMED_OUTPUT_MISMATCH] = (f"{len(bad)} of {len(e.timed)} verified timed calls gave wrong outputs "
                                           f"(first: {bad[0].phase} call {bad[0].index})")
         if any(v.replay for v in bad):
-            flags["replayed_output"] = "a timed call returned the previous call's answer"
+            flags[Flag.REPLAYED_OUTPUT] = "a timed call returned the previous call's answer"
     if any(v.input_mutated for v in e.timed):
-        flags["input_mutated"] = "inputs differ after a timed call"
+        flags[Flag.INPUT_MUTATED] = "inputs differ after a timed call"
     t = e.timing
     if t is not None:
         flags.update(host_timing_flags(e))
         if timer_contradicts(e):
             what, reported = _reported(e)
-            flags["timer_mismatch"] = (f"reported {reported:.1f} us ({what}), the judge's clock saw "
+            flags[Flag.TIMER_MISMATCH] = (f"reported {reported:.1f} us ({what}), the judge's clock saw "
                                        f"{e.judge_call_us:.1f} +- {e.judge_noise_us:.1f} us per verified call"
                                        + (f", {e.hidden_us:.1f} us of it hideable behind the flush" if e.hidden_us
                                           else ""))
         gbps = e.min_bytes / t.median_us / 1e3 if t.median_us > 0 else 0.0
         if e.copy_gbps and e.min_bytes >= max(2 * e.cache_bytes, 1) and gbps > FASTER_THAN_MEMORY_RATIO * e.copy_gbps:
-            flags["faster_than_memory"] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
+            flags[Flag.FASTER_THAN_MEMORY] = (f"{gbps:.0f} GB/s for its minimum bytes, copy bandwidth is "
                                            f"{e.copy_gbps:.0f} GB/s")
     if e.tampered:
-        flags["tampered_files"] = "changed " + ", ".join(e.tampered[:3])
+        flags[Flag.TAMPERED_FILES] = "changed " + ", ".join(e.tampered[:3])
     return flags
 
 
@@ -151,11 +192,11 @@ def host_timing_flags(e: Evidence) -> dict[str, str]:
     limit, (gap, exceeds) = _host_gap_limit(e), e.host_recheck
     flags = {}
     if limit is not None and e.host_gap_us is not None and e.host_gap_us > limit and gap > limit:
-        flags["work_outside_timing"] = (f"host waited {e.host_gap_us:.0f} us past the last event, {gap:.0f} us "
+        flags[Flag.WORK_OUTSIDE_TIMING] = (f"host waited {e.host_gap_us:.0f} us past the last event, {gap:.0f} us "
                                         f"with builds paused (limit {limit:.0f} us): device work the events did "
                                         "not see")
     if e.device_exceeds_host and exceeds:
-        flags["timer_mismatch"] = "event time exceeds the host time around the same calls, with builds paused too"
+        flags[Flag.TIMER_MISMATCH] = "event time exceeds the host time around the same calls, with builds paused too"
     return flags
 
 
@@ -178,13 +219,13 @@ def timer_contradicts(e: Evidence) -> bool:
 
 
 def info_flags(e: Evidence) -> list[str]:
-    weak = ["weak_check"] if any(c.comparison.weak for c in e.checks) else []
+    weak = [Flag.WEAK_CHECK] if any(c.comparison.weak for c in e.checks) else []
     if e.timing is None or e.device != "cuda":
         return weak
     launch_bound = bool(e.floor_launch_us) and e.timing.median_us <= LAUNCH_BOUND_RATIO * e.floor_launch_us
     not_graph_safe = e.graph is None and bool(e.graph_message)
-    return [f for f, on in (("launch_bound", launch_bound), ("not_graph_safe", not_graph_safe),
-                            ("own_kernel_not_launched", e.own_kernels is False)) if on] + weak
+    return [f for f, on in ((Flag.LAUNCH_BOUND, launch_bound), (Flag.NOT_GRAPH_SAFE, not_graph_safe),
+                            (Flag.OWN_KERNEL_NOT_LAUNCHED, e.own_kernels is False)) if on] + weak
 
 
 def figure_flags(speedup: float | None, interval: tuple[float, float] | None) -> list[str]:
@@ -192,7 +233,7 @@ def figure_flags(speedup: float | None, interval: tuple[float, float] | None) ->
     if not speedup or not interval:
         return []
     lo, hi = interval
-    return ["unstable"] if lo <= 0 or speedup / lo > UNSTABLE_RATIO or hi / speedup > UNSTABLE_RATIO else []
+    return [Flag.UNSTABLE] if lo <= 0 or speedup / lo > UNSTABLE_RATIO or hi / speedup > UNSTABLE_RATIO else []
 
 
 def decide(e: Evidence) -> Decision:
@@ -201,35 +242,35 @@ def decide(e: Evidence) -> Decision:
     # where the kernels a forward launched are known, they decide whether its own kernel ran, not the text
     warnings = [w for w in e.static_warnings if e.own_kernels is None or not w.startswith(RUNTIME_DECIDED)]
     flags = static + ([] if off else [f"static:{r}" for r in warnings])
-    build_failure = {"compile_error": "compile_error", "build_timeout": "timeout"}
+    build_failure = {"compile_error": Status.COMPILE_ERROR, "build_timeout": Status.TIMEOUT}
     if e.failure and e.failure[0] in build_failure:
         return Decision(build_failure[e.failure[0]], tuple(flags), e.failure[1])
     if static and e.static_policy == "strict":
-        return Decision("rejected", tuple(flags), "static checks: " + "; ".join(e.static_errors))
+        return Decision(Status.REJECTED, tuple(flags), "static checks: " + "; ".join(e.static_errors))
     integrity = integrity_flags(e)
     flags = list(dict.fromkeys(flags + list(integrity)))
     failed = next((c for c in e.checks if not c.comparison.ok), None)
     if integrity:
         msg = "{}: {}".format(*next(iter(integrity.items())))
         if failed is None:
-            return Decision("rejected", tuple(flags), msg)
-        return Decision("rejected", tuple(dict.fromkeys(flags + [failed.comparison.kind])),
+            return Decision(Status.REJECTED, tuple(flags), msg)
+        return Decision(Status.REJECTED, tuple(dict.fromkeys(flags + [Flag(failed.comparison.kind)])),
                         f"{msg}; seed {failed.seed}: {failed.comparison.detail}", failed.seed, failed.comparison)
     if e.harness_error:
-        return Decision("harness_error", tuple(flags), f"harness error in {e.harness_error}")
+        return Decision(Status.HARNESS_ERROR, tuple(flags), f"harness error in {e.harness_error}")
     if e.reference_error:
-        return Decision("runtime_error", tuple(flags + ["reference_error"]), f"reference failed: {e.reference_error}")
+        return Decision(Status.RUNTIME_ERROR, tuple(flags + [Flag.REFERENCE_ERROR]), f"reference failed: {e.reference_error}")
     if failed is not None:
         phase = "after timing" if failed.phase == "post" else "check"
-        return Decision("incorrect", tuple(flags + [failed.comparison.kind]),
+        return Decision(Status.INCORRECT, tuple(flags + [Flag(failed.comparison.kind)]),
                         f"seed {failed.seed} ({phase}): {failed.comparison.detail}", failed.seed, failed.comparison)
     if e.bad_output:
-        return Decision("runtime_error", tuple(flags), e.bad_output[1])
+        return Decision(Status.RUNTIME_ERROR, tuple(flags), e.bad_output[1])
     if e.failure:
-        return Decision("timeout" if e.failure[0] == "timeout" else "runtime_error", tuple(flags), e.failure[1])
+        return Decision(Status.TIMEOUT if e.failure[0] == "timeout" else Status.RUNTIME_ERROR, tuple(flags), e.failure[1])
     if e.timing is None:
-        return Decision("runtime_error", tuple(flags), "no timing was recorded")
-    return Decision("correct", tuple(dict.fromkeys(flags + info_flags(e))), e.graph_message or "",
+        return Decision(Status.RUNTIME_ERROR, tuple(flags), "no timing was recorded")
+    return Decision(Status.CORRECT, tuple(dict.fromkeys(flags + info_flags(e))), e.graph_message or "",
                     comparison=e.checks[-1].comparison if e.checks else None)
 
 
