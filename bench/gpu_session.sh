@@ -4,7 +4,8 @@
 #   DEADLINE=560 bash bench/gpu_session.sh info acceptance     (the acceptance gate: fresh HOME and caches)
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past DEADLINE
 # seconds after the start (a device command may run 600 s). `bundled` runs the bundled config, which the GPU
-# tests then reuse; THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS and DRAWS_ARGS pass arguments on.
+# tests then reuse; `cheats` tables the adversarial suite on the GPU; THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS,
+# DRAWS_ARGS and CHEATS_ARGS pass arguments on.
 set -u
 OUT=${OUT:-/tmp/kbh-out}
 mkdir -p "$OUT" results
@@ -39,6 +40,9 @@ for step in "$@"; do
       timeout "$t" $PY bench/suite.py ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1 ;;
     draws)
       timeout "$t" $PY bench/draws.py ${DRAWS_ARGS:-cost} > "$OUT/draws.log" 2>&1 ;;
+    cheats)
+      timeout "$t" $PY bench/cheats.py --device cuda --out /tmp/kbh-cheats ${CHEATS_ARGS:-} > "$OUT/cheats.log" 2>&1
+      tail -1 "$OUT/cheats.log" | tee -a "$OUT/session.log" ;;
     acceptance)
       timeout "$t" $PY bench/acceptance.py --deadline $(( t - 10 )) --out /tmp/kbh-acceptance ${ACCEPTANCE_ARGS:-} \
         > "$OUT/acceptance.log" 2>&1
