@@ -43,6 +43,7 @@ def adversarial(run_eval):
     ("rewrite_stack", "timed_output_mismatch"),     # 12: the judge's clock answered without calling the model
     ("rewrite_gc", "timer_mismatch"),               # 12: replies rewritten on their way to the socket
     ("rewrite_globals", "timer_mismatch"),          # 12: the worker's json module swapped
+    ("gc_fill", "patched_runtime"),                 # 17: a collector callback finishes the call after the clock
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
     r = adversarial.by(cheat, "tiny")

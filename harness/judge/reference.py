@@ -82,7 +82,8 @@ class ReferenceRunner:
 
     def init(self, problem_src: dict, cores: list[int] | None, env: dict | None = None) -> dict:
         return self._ask("init", INIT_TIMEOUT_S, role="reference", device=self.plan.device, problem_src=problem_src,
-                         fp_seed=self.plan.fp_seed, cache_dir=str(self.plan.cache_dir), cores=cores, env=env)
+                         fp_seed=self.plan.fp_seed, cache_dir=str(self.plan.cache_dir), cores=cores, env=env,
+                         strict=self.plan.strict_sandbox)  # timed as the candidate is: the same guards
 
     def _setup(self, shape: Shape, compiled: bool) -> None:
         """A compiled setup holds the eager model too, so it serves both (a new setup would compile again)."""

@@ -254,7 +254,7 @@ def decide(e: Evidence) -> Decision:
         msg = "{}: {}".format(*next(iter(integrity.items())))
         if failed is None:
             return Decision(Status.REJECTED, tuple(flags), msg)
-        return Decision(Status.REJECTED, tuple(dict.fromkeys(flags + [Flag(failed.comparison.kind)])),
+        return Decision(Status.REJECTED, tuple(dict.fromkeys(flags + [failed.comparison.kind])),
                         f"{msg}; seed {failed.seed}: {failed.comparison.detail}", failed.seed, failed.comparison)
     if e.harness_error:
         return Decision(Status.HARNESS_ERROR, tuple(flags), f"harness error in {e.harness_error}")
@@ -262,7 +262,7 @@ def decide(e: Evidence) -> Decision:
         return Decision(Status.RUNTIME_ERROR, tuple(flags + [Flag.REFERENCE_ERROR]), f"reference failed: {e.reference_error}")
     if failed is not None:
         phase = "after timing" if failed.phase == "post" else "check"
-        return Decision(Status.INCORRECT, tuple(flags + [Flag(failed.comparison.kind)]),
+        return Decision(Status.INCORRECT, tuple(flags + [failed.comparison.kind]),
                         f"seed {failed.seed} ({phase}): {failed.comparison.detail}", failed.seed, failed.comparison)
     if e.bad_output:
         return Decision(Status.RUNTIME_ERROR, tuple(flags), e.bad_output[1])

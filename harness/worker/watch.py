@@ -17,6 +17,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 _listdir = os.listdir
 _gc_collect = gc.collect
 _gc_freeze = gc.freeze
+_gc_isenabled, _gc_enable, _gc_disable = gc.isenabled, gc.enable, gc.disable
+_GC_CALLBACKS = gc.callbacks  # the list the collector calls: rebinding gc.callbacks later does not replace it
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 _monitoring = getattr(sys, "monitoring", None)
 _fn_modes = torch._C._len_torch_function_stack
@@ -65,6 +67,33 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
         _setprofile(self.prof)
 
 
+class collector_off:  # noqa: N801  (used as a function: `with collector_off() as c:`)
+    """The cyclic collector off and its callbacks set aside for a whole timed command, as timeit does: a
+    collection that the harness's own allocations set off between calls, or after the clock stops, would run
+    the candidate's callbacks and its garbage's finalizers, which could finish a call's work unseen. Only the
+    candidate's calls run meanwhile, so a collector found on again, or a callback added, is theirs: `changed`
+    names it, and both are put back as they were."""
+
+    __slots__ = ("enabled", "callbacks", "changed")
+
+    def __enter__(self) -> "collector_off":
+        self.enabled = _gc_isenabled()
+        _gc_disable()
+        self.callbacks = _GC_CALLBACKS[:]
+        _GC_CALLBACKS.clear()
+        self.changed: list[str] = []
+        return self
+
+    def __exit__(self, *exc) -> None:
+        on, added = _gc_isenabled(), bool(_GC_CALLBACKS)
+        _gc_disable()
+        self.changed = [n for n, hit in (("gc.enable (during a timed call)", on),
+                                         ("gc.callbacks (added during a timed call)", added)) if hit]
+        _GC_CALLBACKS[:] = self.callbacks
+        if self.enabled:
+            _gc_enable()
+
+
 def settle_gc() -> None:
     """Freeze what is alive now, so each setup's collection scans only what came after: with torch and dynamo
     imported a full collection took 0.17 s on the CPU machine, after this 10 us."""
@@ -87,6 +116,7 @@ class RuntimeWatch:
         self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
+        self.noted: list[str] = []  # changes seen by other means (collector_off), reported with the rest
 
     @staticmethod
     def _targets() -> dict[str, Any]:
@@ -113,4 +143,4 @@ class RuntimeWatch:
             now = vars(obj)
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
-        return sorted(out)[:20]
+        return sorted(out + self.noted)[:20]
