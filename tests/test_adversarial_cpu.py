@@ -44,6 +44,7 @@ def adversarial(run_eval):
     ("rewrite_gc", "timer_mismatch"),               # 12: replies rewritten on their way to the socket
     ("rewrite_globals", "timer_mismatch"),          # 12: the worker's json module swapped
     ("gc_fill", "patched_runtime"),                 # 17: a collector callback finishes the call after the clock
+    ("audit_fill", "patched_runtime"),              # 17: an audit hook, woken by the harness's hooks going off
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
     r = adversarial.by(cheat, "tiny")

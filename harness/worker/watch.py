@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -33,18 +33,25 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
     and dispatch modes, its profile and trace functions and its sys.monitoring events are off meanwhile and
     back after, for its own calls. A hook that does a call's work when the harness first touches the output,
     after the clock has stopped, or that sees the next inputs as they are drawn, sees nothing. The harness's
-    own modes (`torch.device` around a draw) work inside. About 1 us where the candidate installed none."""
+    own modes (`torch.device` around a draw) work inside. About 1 us where the candidate installed none.
+    A profile or trace function, or monitoring events, found here are named in `seen` (reported as a patched
+    runtime): no honest kernel sets them, and setting them off raises an audit event, which an audit hook (that
+    nothing removes) could use to act after the clock. Where none is set, nothing here raises one."""
 
     __slots__ = ("prof", "trace", "events", "modes", "dispatch")
+    seen: ClassVar[set[str]] = set()
 
     def __enter__(self) -> None:
         self.prof, self.trace = _getprofile(), _gettrace()
-        _setprofile(None)
-        _settrace(None)
+        if self.prof is not None or self.trace is not None:
+            hooks_off.seen.add("sys.setprofile or sys.settrace (a function set around timed calls)")
+            _setprofile(None)
+            _settrace(None)
         self.events = {}
         if _monitoring is not None:
             for tool in range(6):
-                if _monitoring.get_tool(tool) is not None:
+                if _monitoring.get_tool(tool) is not None and _monitoring.get_events(tool):
+                    hooks_off.seen.add("sys.monitoring (events set around timed calls)")
                     self.events[tool] = _monitoring.get_events(tool)
                     _monitoring.set_events(tool, 0)
         self.modes = []
@@ -63,8 +70,9 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
         for tool, ev in self.events.items():
             with contextlib.suppress(ValueError):
                 _monitoring.set_events(tool, ev)
-        _settrace(self.trace)
-        _setprofile(self.prof)
+        if self.prof is not None or self.trace is not None:
+            _settrace(self.trace)
+            _setprofile(self.prof)
 
 
 class collector_off:  # noqa: N801  (used as a function: `with collector_off() as c:`)
@@ -143,4 +151,4 @@ class RuntimeWatch:
             now = vars(obj)
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
-        return sorted(out + self.noted)[:20]
+        return sorted(out + self.noted + sorted(hooks_off.seen))[:20]
