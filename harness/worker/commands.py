@@ -34,7 +34,7 @@ from .outputs import (
     tensor_meta,
 )
 from .timed import TimedCommands
-from .watch import RuntimeWatch, collector_off, hooks_off, native_threads, settle_gc
+from .watch import RuntimeWatch, hooks_off, native_threads, quiet_loop, settle_gc
 
 _perf = time.perf_counter
 _set_det = torch.use_deterministic_algorithms
@@ -60,7 +60,7 @@ class Worker(TimedCommands):
         self.py_threads: set[int] = set()
         self.slots = OutputSlots()
         self.returned: list = []
-        self.guard = self.collector = contextlib.nullcontext
+        self.guard = self.quiet = contextlib.nullcontext
 
     def send(self, obj: dict) -> None:
         self.conn.send_bytes(json.dumps(obj).encode())
@@ -129,9 +129,9 @@ class Worker(TimedCommands):
         """A spare starts its device later (`device`, in its turn): a CUDA context made while another
         candidate is timed would share its GPU. env is applied before anything reads it. strict: draws and
         output reads of timed calls run with the candidate's hooks off (watch.hooks_off), and timed commands
-        with the collector off (watch.collector_off)."""
+        with the collector off and asynchronous signals held (watch.quiet_loop)."""
         self.guard = hooks_off if strict else contextlib.nullcontext
-        self.collector = collector_off if strict else contextlib.nullcontext
+        self.quiet = quiet_loop if strict else contextlib.nullcontext
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")

@@ -5,6 +5,7 @@ import builtins
 import contextlib
 import gc
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,6 +20,10 @@ _gc_collect = gc.collect
 _gc_freeze = gc.freeze
 _gc_isenabled, _gc_enable, _gc_disable = gc.isenabled, gc.enable, gc.disable
 _GC_CALLBACKS = gc.callbacks  # the list the collector calls: rebinding gc.callbacks later does not replace it
+_sigmask, _SIG_BLOCK, _SIG_SETMASK = signal.pthread_sigmask, signal.SIG_BLOCK, signal.SIG_SETMASK
+_HELD = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
+                                  signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
+"""Asynchronous signals a timed command holds; the faults a crash raises are left to end it."""
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 _monitoring = getattr(sys, "monitoring", None)
 _fn_modes = torch._C._len_torch_function_stack
@@ -75,31 +80,37 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
             _setprofile(self.prof)
 
 
-class collector_off:  # noqa: N801  (used as a function: `with collector_off() as c:`)
-    """The cyclic collector off and its callbacks set aside for a whole timed command, as timeit does: a
-    collection that the harness's own allocations set off between calls, or after the clock stops, would run
-    the candidate's callbacks and its garbage's finalizers, which could finish a call's work unseen. Only the
-    candidate's calls run meanwhile, so a collector found on again, or a callback added, is theirs: `changed`
-    names it, and both are put back as they were."""
+class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
+    """For a whole timed command, as timeit does and more: the cyclic collector off and its callbacks set aside,
+    and asynchronous signals held blocked. Else a collection that the harness's own allocations set off, or a
+    signal from a timer of the candidate's, would run its callbacks, finalizers or handlers between the harness's
+    steps, once the clock has stopped, and finish a call's work unseen; held signals arrive once the last output
+    is read. Only the candidate's calls run meanwhile, so a collector found on again, a callback added or a
+    signal unblocked is theirs: `changed` names it. All is put back as it was."""
 
-    __slots__ = ("enabled", "callbacks", "changed")
+    __slots__ = ("enabled", "callbacks", "mask", "changed")
 
-    def __enter__(self) -> "collector_off":
+    def __enter__(self) -> "quiet_loop":
         self.enabled = _gc_isenabled()
         _gc_disable()
         self.callbacks = _GC_CALLBACKS[:]
         _GC_CALLBACKS.clear()
+        self.mask = _sigmask(_SIG_BLOCK, _HELD)
         self.changed: list[str] = []
         return self
 
     def __exit__(self, *exc) -> None:
+        unblocked = bool(_HELD - _sigmask(_SIG_BLOCK, ()))
         on, added = _gc_isenabled(), bool(_GC_CALLBACKS)
         _gc_disable()
         self.changed = [n for n, hit in (("gc.enable (during a timed call)", on),
-                                         ("gc.callbacks (added during a timed call)", added)) if hit]
+                                         ("gc.callbacks (added during a timed call)", added),
+                                         ("signal.pthread_sigmask (signals unblocked during a timed call)",
+                                          unblocked)) if hit]
         _GC_CALLBACKS[:] = self.callbacks
         if self.enabled:
             _gc_enable()
+        _sigmask(_SIG_SETMASK, self.mask)
 
 
 def settle_gc() -> None:
@@ -124,7 +135,7 @@ class RuntimeWatch:
         self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
-        self.noted: list[str] = []  # changes seen by other means (collector_off), reported with the rest
+        self.noted: list[str] = []  # changes seen by other means (quiet_loop), reported with the rest
 
     @staticmethod
     def _targets() -> dict[str, Any]:

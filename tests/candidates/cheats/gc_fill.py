@@ -2,7 +2,7 @@
 which the harness's own allocations set off once the clock has stopped (the collection threshold is lowered so
 one comes at once). Each call turns the collector on again and puts its callback back, in case the harness set
 them aside. Under the strict sandbox timed commands run with the collector off and its callbacks set aside
-(worker/watch.collector_off): what the forward turned back on is reported as a patched runtime."""
+(worker/watch.quiet_loop): what the forward turned back on is reported as a patched runtime."""
 
 import gc
 
