@@ -36,6 +36,7 @@ def adversarial(run_eval):
     ("fast_tail", "timed_output_mismatch"),         # 2: every one of the fastest calls is verified
     ("mutate_input", "input_mutated"),              # 3
     ("patch_timer", "patched_runtime"),             # 5
+    ("code_swap", "patched_runtime"),               # 5: the clock's __code__ replaced, its identity kept
     ("subclass_output", "not_plain_tensor"),        # 6
     ("proxy_output", "not_plain_tensor"),           # 6
     ("alias_input", "output_aliases_input"),        # 6
@@ -46,6 +47,7 @@ def adversarial(run_eval):
     ("gc_fill", "patched_runtime"),                 # 17: a collector callback finishes the call after the clock
     ("audit_fill", "patched_runtime"),              # 17: an audit hook, woken by the harness's hooks going off
     ("signal_unblock", "patched_runtime"),          # 17: a timer's handler, its signal unblocked by the call
+    ("profile_once", "patched_runtime"),            # 17: a profile function that acts once and removes itself
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
     r = adversarial.by(cheat, "tiny")

@@ -2,6 +2,7 @@
 (JSON, raw output frames or files; nothing from a candidate is unpickled, later patches are reported)."""
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -34,7 +35,7 @@ from .outputs import (
     tensor_meta,
 )
 from .timed import TimedCommands
-from .watch import RuntimeWatch, hooks_off, native_threads, quiet_loop, settle_gc
+from .watch import ProfileAudit, RuntimeWatch, hooks_off, native_threads, quiet_loop, settle_gc
 
 _perf = time.perf_counter
 _set_det = torch.use_deterministic_algorithms
@@ -61,6 +62,7 @@ class Worker(TimedCommands):
         self.slots = OutputSlots()
         self.returned: list = []
         self.guard = self.quiet = contextlib.nullcontext
+        self.strict = False
 
     def send(self, obj: dict) -> None:
         self.conn.send_bytes(json.dumps(obj).encode())
@@ -130,8 +132,9 @@ class Worker(TimedCommands):
         candidate is timed would share its GPU. env is applied before anything reads it. strict: draws and
         output reads of timed calls run with the candidate's hooks off (watch.hooks_off), and timed commands
         with the collector off and asynchronous signals held (watch.quiet_loop)."""
+        self.strict = strict
         self.guard = hooks_off if strict else contextlib.nullcontext
-        self.quiet = quiet_loop if strict else contextlib.nullcontext
+        self.quiet = functools.partial(quiet_loop, ProfileAudit()) if strict else contextlib.nullcontext
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
@@ -179,7 +182,7 @@ class Worker(TimedCommands):
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
         self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
-        self.watch = RuntimeWatch()
+        self.watch = RuntimeWatch(codes=self.strict)
         return info
 
     def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1,

@@ -24,6 +24,7 @@ _sigmask, _SIG_BLOCK, _SIG_SETMASK = signal.pthread_sigmask, signal.SIG_BLOCK, s
 _HELD = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
                                   signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
 """Asynchronous signals a timed command holds; the faults a crash raises are left to end it."""
+_PROFILE_EVENTS = frozenset({"sys.setprofile", "sys.settrace", "sys._setprofileallthreads", "sys._settraceallthreads"})
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 _monitoring = getattr(sys, "monitoring", None)
 _fn_modes = torch._C._len_torch_function_stack
@@ -88,9 +89,15 @@ class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
     is read. Only the candidate's calls run meanwhile, so a collector found on again, a callback added or a
     signal unblocked is theirs: `changed` names it. All is put back as it was."""
 
-    __slots__ = ("enabled", "callbacks", "mask", "changed")
+    __slots__ = ("audit", "enabled", "callbacks", "mask", "changed")
+
+    def __init__(self, audit: "ProfileAudit | None" = None):
+        self.audit = audit
 
     def __enter__(self) -> "quiet_loop":
+        if self.audit is not None:
+            self.audit.seen.clear()
+            self.audit.on = True
         self.enabled = _gc_isenabled()
         _gc_disable()
         self.callbacks = _GC_CALLBACKS[:]
@@ -111,6 +118,26 @@ class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
         if self.enabled:
             _gc_enable()
         _sigmask(_SIG_SETMASK, self.mask)
+        if self.audit is not None:
+            self.audit.on = False
+            self.changed += [f"{e} (during a timed call)" for e in sorted(self.audit.seen)]
+
+
+class ProfileAudit:
+    """An audit hook, added before the candidate is imported (nothing removes one): while `on` (a timed command,
+    quiet_loop) it notes every profile or trace function set or removed. A profile function that a call sets,
+    which does its work at the return of the clock's own read and then removes itself, is gone before the
+    harness's next step could find it; setting it is seen here."""
+
+    __slots__ = ("on", "seen")
+
+    def __init__(self):
+        self.on, self.seen = False, set()
+        sys.addaudithook(self)
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if self.on and event in _PROFILE_EVENTS:
+            self.seen.add(event)
 
 
 def settle_gc() -> None:
@@ -128,12 +155,15 @@ def native_threads() -> int:
 
 
 class RuntimeWatch:
-    """Identity of every callable the harness relies on, to report what a candidate replaced."""
+    """Identity of every callable the harness relies on, to report what a candidate replaced. With `codes`, the
+    code object of each Python function among them too: replacing a function's `__code__` keeps its identity."""
 
-    def __init__(self):
+    def __init__(self, codes: bool = False):
         kinds = (types.ModuleType, staticmethod, classmethod)
         self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
+        self.codes = [(f"{name}.{k}.__code__", v, v.__code__) for name, attrs in self.snapshot.items()
+                      for k, v in attrs.items() if isinstance(v, types.FunctionType)] if codes else []
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
         self.noted: list[str] = []  # changes seen by other means (quiet_loop), reported with the rest
 
@@ -162,4 +192,5 @@ class RuntimeWatch:
             now = vars(obj)
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
+        out.extend(label for label, fn, code in self.codes if fn.__code__ is not code)
         return sorted(out + self.noted + sorted(hooks_off.seen))[:20]
