@@ -17,7 +17,7 @@ STRICT_SANDBOX = ("cpu",)
 nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
 folders; each has a folder of its own and its stdout and stderr through a pipe (judge/logpump.py), and its timed
 calls' draws and output reads run with the candidate's hooks off (worker/watch.hooks_off) and its timed commands
-with the collector off and signals held (worker/watch.quiet_loop). Elsewhere they may
+with the collector off (worker/watch.quiet_loop). Elsewhere they may
 write anywhere but the repo, the run's files and the reference's caches, and read anything. No GPU acceptance run
 has yet passed whole with it on CUDA: ("cpu", "cuda") switches it on there."""
 LOG_CAP_BYTES = 16 * 2**20

@@ -46,7 +46,7 @@ def adversarial(run_eval):
     ("rewrite_globals", "timer_mismatch"),          # 12: the worker's json module swapped
     ("gc_fill", "patched_runtime"),                 # 17: a collector callback finishes the call after the clock
     ("audit_fill", "patched_runtime"),              # 17: an audit hook, woken by the harness's hooks going off
-    ("signal_unblock", "patched_runtime"),          # 17: a timer's handler, its signal unblocked by the call
+    ("signal_fill", "patched_runtime"),             # 17: a timer's handler, run between the harness's steps
     ("profile_once", "patched_runtime"),            # 17: a profile function that acts once and removes itself
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
@@ -135,11 +135,10 @@ def test_nothing_of_the_run_is_readable_while_candidates_run_and_every_seed_is_o
     assert seeds["commitment"] == digest and len(seeds["shapes"]["tiny"]["check"]) == 3
 
 
-@pytest.mark.parametrize("cheat", ["lazy_fill", "signal_fill"])  # 17: a torch function mode fills the output when
-def test_work_left_to_a_hook_for_after_the_clock_stops_is_never_correct(adversarial, cheat):  # the harness touches
-    for shape in ("tiny", "padded"):  # it; a timer's handler, held until the outputs are read, fills it too late
+def test_work_left_to_a_hook_for_after_the_clock_stops_is_never_correct(adversarial):
+    for shape in ("tiny", "padded"):  # 17: a torch function mode fills the output when the harness touches it
         assert adversarial.by("python_cpu", shape)["status"] == "correct"
-        r = adversarial.by(cheat, shape)
+        r = adversarial.by("lazy_fill", shape)
         assert r["status"] in ("rejected", "runtime_error", "incorrect"), r
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, CONFIGS, REPO
+from conftest import CANDIDATES, CONFIGS, REPO, judged
 from harness import sandbox
 
 pytestmark = [pytest.mark.slow,
@@ -31,3 +31,14 @@ def test_jit_caches_are_writable_and_the_references_are_not(run_eval, build_cach
         for p in sorted(home.rglob("*"), reverse=True):
             p.unlink() if p.is_file() else p.rmdir()
         home.rmdir()
+
+
+def test_a_torch_compile_candidate_is_correct_with_no_flag(run_eval):
+    """What torch.compile changes in its process at first use (nn.Module.__init__ rewrapped, a compile thread)
+    is done before the worker's watch takes its snapshot: none of it reads as the candidate's."""
+    res = run_eval(CONFIGS / "cpu_compile.yaml", "--device", "cpu", "--solution",
+                   str(CANDIDATES / "honest" / "compiled_cpu.py"))
+    assert res.rc == 0, res.stderr[-2000:]
+    r = res.by("compiled_cpu", "tiny")
+    assert r["status"] == "correct" and judged(r) == [], r
+    assert r["speedup_compile"] is not None

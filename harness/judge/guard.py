@@ -36,8 +36,8 @@ def write_sandbox(repo_root: Path, out_dir: Path, cache_dir: Path, scratch: Path
     And a line for run.json, which also names strict's other defences (a pipe for output, hooks and the collector
     off)."""
     abi = sandbox.abi_version()
-    also = (("; candidate output through a pipe, candidate hooks off around timed calls, the collector off and "
-             "signals held in timed commands") if strict else "")
+    also = (("; candidate output through a pipe, candidate hooks off around timed calls, the collector off in "
+             "timed commands") if strict else "")
     if abi < 1:
         return None, f"none: Landlock is not available on this kernel (the guard restores changes instead){also}"
     spec = {"protect": [str(repo_root), str(out_dir), str(reference_cache(cache_dir))],

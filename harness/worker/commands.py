@@ -35,7 +35,15 @@ from .outputs import (
     tensor_meta,
 )
 from .timed import TimedCommands
-from .watch import ProfileAudit, RuntimeWatch, hooks_off, native_threads, quiet_loop, settle_gc
+from .watch import (
+    ProfileAudit,
+    RuntimeWatch,
+    hooks_off,
+    native_threads,
+    preload_compile,
+    quiet_loop,
+    settle_gc,
+)
 
 _perf = time.perf_counter
 _set_det = torch.use_deterministic_algorithms
@@ -131,7 +139,7 @@ class Worker(TimedCommands):
         """A spare starts its device later (`device`, in its turn): a CUDA context made while another
         candidate is timed would share its GPU. env is applied before anything reads it. strict: draws and
         output reads of timed calls run with the candidate's hooks off (watch.hooks_off), and timed commands
-        with the collector off and asynchronous signals held (watch.quiet_loop)."""
+        with the collector off (watch.quiet_loop); compile's first-use changes come before the watch's snapshot."""
         self.strict = strict
         self.guard = hooks_off if strict else contextlib.nullcontext
         self.quiet = functools.partial(quiet_loop, ProfileAudit()) if strict else contextlib.nullcontext
@@ -148,6 +156,8 @@ class Worker(TimedCommands):
         if role == "candidate":
             extcache.install(cache_dir)
         importlib.import_module("torch._dynamo")  # it rewraps torch.manual_seed on import: snapshot after it
+        if strict:
+            preload_compile()
         info: dict = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
                       "python": sys.version.split()[0]}
         if device_now:

@@ -4,6 +4,7 @@ runs beside candidate code, so a clean report is evidence, never a verdict."""
 import builtins
 import contextlib
 import gc
+import importlib
 import os
 import signal
 import sys
@@ -20,10 +21,7 @@ _gc_collect = gc.collect
 _gc_freeze = gc.freeze
 _gc_isenabled, _gc_enable, _gc_disable = gc.isenabled, gc.enable, gc.disable
 _GC_CALLBACKS = gc.callbacks  # the list the collector calls: rebinding gc.callbacks later does not replace it
-_sigmask, _SIG_BLOCK, _SIG_SETMASK = signal.pthread_sigmask, signal.SIG_BLOCK, signal.SIG_SETMASK
-_HELD = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,
-                                  signal.SIGILL, signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
-"""Asynchronous signals a timed command holds; the faults a crash raises are left to end it."""
+_getsignal, _SIGNALS = signal.getsignal, sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
 _PROFILE_EVENTS = frozenset({"sys.setprofile", "sys.settrace", "sys._setprofileallthreads", "sys._settraceallthreads"})
 _getprofile, _setprofile, _gettrace, _settrace = sys.getprofile, sys.setprofile, sys.gettrace, sys.settrace
 _monitoring = getattr(sys, "monitoring", None)
@@ -82,14 +80,13 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
 
 
 class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
-    """For a whole timed command, as timeit does and more: the cyclic collector off and its callbacks set aside,
-    and asynchronous signals held blocked. Else a collection that the harness's own allocations set off, or a
-    signal from a timer of the candidate's, would run its callbacks, finalizers or handlers between the harness's
-    steps, once the clock has stopped, and finish a call's work unseen; held signals arrive once the last output
-    is read. Only the candidate's calls run meanwhile, so a collector found on again, a callback added or a
-    signal unblocked is theirs: `changed` names it. All is put back as it was."""
+    """For a whole timed command, as timeit does: the cyclic collector off and its callbacks set aside. Else a
+    collection that the harness's own allocations set off would run the candidate's callbacks or its garbage's
+    finalizers between the harness's steps, once the clock has stopped, and finish a call's work unseen. Only
+    the candidate's calls run meanwhile, so a collector found on again or a callback added is theirs: `changed`
+    names it, with any profile or trace function set meanwhile (ProfileAudit). All is put back as it was."""
 
-    __slots__ = ("audit", "enabled", "callbacks", "mask", "changed")
+    __slots__ = ("audit", "enabled", "callbacks", "changed")
 
     def __init__(self, audit: "ProfileAudit | None" = None):
         self.audit = audit
@@ -102,22 +99,17 @@ class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
         _gc_disable()
         self.callbacks = _GC_CALLBACKS[:]
         _GC_CALLBACKS.clear()
-        self.mask = _sigmask(_SIG_BLOCK, _HELD)
         self.changed: list[str] = []
         return self
 
     def __exit__(self, *exc) -> None:
-        unblocked = bool(_HELD - _sigmask(_SIG_BLOCK, ()))
         on, added = _gc_isenabled(), bool(_GC_CALLBACKS)
         _gc_disable()
         self.changed = [n for n, hit in (("gc.enable (during a timed call)", on),
-                                         ("gc.callbacks (added during a timed call)", added),
-                                         ("signal.pthread_sigmask (signals unblocked during a timed call)",
-                                          unblocked)) if hit]
+                                         ("gc.callbacks (added during a timed call)", added)) if hit]
         _GC_CALLBACKS[:] = self.callbacks
         if self.enabled:
             _gc_enable()
-        _sigmask(_SIG_SETMASK, self.mask)
         if self.audit is not None:
             self.audit.on = False
             self.changed += [f"{e} (during a timed call)" for e in sorted(self.audit.seen)]
@@ -140,6 +132,15 @@ class ProfileAudit:
             self.seen.add(event)
 
 
+def preload_compile() -> None:
+    """What torch.compile does at its first use, done before the watch's snapshot and the thread count, so an
+    honest compiled candidate changes nothing they compare: dynamo rewraps nn.Module.__init__ and __setstate__,
+    and inductor starts a thread for its compiles (TORCHINDUCTOR_COMPILE_THREADS=1: no pool of processes)."""
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    importlib.import_module("torch._dynamo.mutation_guard").install_generation_tagging_init()
+    importlib.import_module("torch._inductor.async_compile").AsyncCompile.pool().submit(int).result()
+
+
 def settle_gc() -> None:
     """Freeze what is alive now, so each setup's collection scans only what came after: with torch and dynamo
     imported a full collection took 0.17 s on the CPU machine, after this 10 us."""
@@ -156,7 +157,9 @@ def native_threads() -> int:
 
 class RuntimeWatch:
     """Identity of every callable the harness relies on, to report what a candidate replaced. With `codes`, the
-    code object of each Python function among them too: replacing a function's `__code__` keeps its identity."""
+    code object of each Python function among them too (replacing a function's `__code__` keeps its identity),
+    and the Python handler of every signal: a handler runs between any two of the harness's steps, once the
+    clock has stopped, whichever thread the signal reached."""
 
     def __init__(self, codes: bool = False):
         kinds = (types.ModuleType, staticmethod, classmethod)
@@ -164,6 +167,7 @@ class RuntimeWatch:
                          for name, obj in self._targets().items()}
         self.codes = [(f"{name}.{k}.__code__", v, v.__code__) for name, attrs in self.snapshot.items()
                       for k, v in attrs.items() if isinstance(v, types.FunctionType)] if codes else []
+        self.handlers = {s: _getsignal(s) for s in _SIGNALS} if codes else {}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
         self.noted: list[str] = []  # changes seen by other means (quiet_loop), reported with the rest
 
@@ -193,4 +197,6 @@ class RuntimeWatch:
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
         out.extend(label for label, fn, code in self.codes if fn.__code__ is not code)
+        out.extend(f"signal.signal({signal.strsignal(s) or s}, ...) (its handler runs between any two steps)"
+                   for s, h in self.handlers.items() if _getsignal(s) is not h)
         return sorted(out + self.noted + sorted(hooks_off.seen))[:20]

@@ -1,8 +1,7 @@
 """Cheat: its forward returns an empty output, and a signal handler fills it: each call arms a one-shot timer of
 its own to fire 10 us later, and Python runs the handler between the harness's own steps, once the clock has
-stopped. Under the
-strict sandbox timed commands hold asynchronous signals blocked until their last output is read
-(worker/watch.quiet_loop), and a call that unblocks them is reported as a patched runtime."""
+stopped, whichever thread the signal reached. Under the strict sandbox the runtime watch compares every signal's
+Python handler with the one it had before the candidate's import (worker/watch.RuntimeWatch)."""
 
 import signal
 
