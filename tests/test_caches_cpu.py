@@ -37,7 +37,7 @@ def test_a_torch_compile_candidate_is_correct_with_no_flag(run_eval):
     """What torch.compile changes in its process at first use (nn.Module.__init__ rewrapped, a compile thread)
     is done before the worker's watch takes its snapshot: none of it reads as the candidate's."""
     res = run_eval(CONFIGS / "cpu_compile.yaml", "--device", "cpu", "--solution",
-                   str(CANDIDATES / "honest" / "compiled_cpu.py"))
+                   str(CANDIDATES / "backends" / "compiled_cpu.py"))
     assert res.rc == 0, res.stderr[-2000:]
     r = res.by("compiled_cpu", "tiny")
     assert r["status"] == "correct" and judged(r) == [], r
