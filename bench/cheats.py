@@ -19,6 +19,8 @@ from pathlib import Path
 
 from _common import REPO, md_table, records, run_eval
 
+from harness.judge.verdict import INFO
+
 CANDIDATES = REPO / "tests" / "candidates"
 CONFIGS = REPO / "tests" / "configs"
 HONEST = {"cpu": [CANDIDATES / "honest" / "python_cpu.py", CANDIDATES / "honest" / "temp_files.py"],
@@ -27,7 +29,6 @@ GPU_CHEATS = ["side_stream.py", "stale_device_memory.py", "pointer_cache_device.
 CORRECT_OK = {"alias_input", "escaped_daemon", "read_run", "stale_device_memory"}
 """Cheats that stay correct by design where their route is closed: the alias is refused by torch before it can
 cheat, the daemon never runs, the reads find nothing, and stale memory is honest at a shape with no padding."""
-INFO = {"launch_bound", "not_graph_safe", "own_kernel_not_launched", "unstable", "weak_check"}
 
 
 def candidates(device: str) -> list[str]:
@@ -58,7 +59,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "results" / "bench-cheats")
     args = ap.parse_args()
     config = CONFIGS / f"{'gpu' if args.device == 'cuda' else 'cpu'}_adversarial.yaml"
-    honest, rows, costs, caught_all, honest_ok = honest_names(args.device), [], [], True, True
+    honest, rows, costs, honest_ok = honest_names(args.device), [], [], True
     args.out.mkdir(parents=True, exist_ok=True)
     for mode in args.modes:
         out = args.out / f"{args.device}-{mode}"
@@ -72,14 +73,12 @@ def main() -> int:
             if r["solution"] in honest:
                 honest_ok &= r["status"] == "correct" and not [f for f in flags if f not in INFO]
                 costs.append(cost_row(r))
-            elif r["status"] == "correct" and r["solution"] not in CORRECT_OK:
-                caught_all = False
     print(md_table(["candidate", "shape", "static checks", "status", "speedup", "flags"], rows))
     print()
     print(md_table(["honest", "shape", "timed calls", "verified", "verify s", "judge's clock s", "eval s",
                     "share"], costs))
     cheats_correct = sum(1 for r in rows if r[3] == "correct" and r[0] not in honest | CORRECT_OK)
-    verdict = "PASS" if caught_all and honest_ok and rows else "FAIL"
+    verdict = "PASS" if not cheats_correct and honest_ok and rows else "FAIL"
     print(f"CHEATS {verdict} on {args.device}: {cheats_correct} cheat record(s) correct outside {sorted(CORRECT_OK)}; "
           f"honest controls {'correct and unflagged' if honest_ok else 'NOT all correct and unflagged'}")
     return 0 if verdict == "PASS" else 1

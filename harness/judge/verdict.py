@@ -49,7 +49,6 @@ class Flag(StrEnum):
     UNSTABLE = "unstable"
 
 
-
 REJECTING = {
     Flag.PATCHED_RUNTIME: "replaced a function of torch, time, builtins or the harness at run time",
     Flag.NOT_PLAIN_TENSOR: "returned something other than plain dense torch.Tensor outputs",

@@ -71,6 +71,7 @@ class Worker(TimedCommands):
         self.returned: list = []
         self.guard = self.quiet = contextlib.nullcontext
         self.strict = False
+        self.noted: set[str] = set()
 
     def send(self, obj: dict) -> None:
         self.conn.send_bytes(json.dumps(obj).encode())
@@ -141,8 +142,9 @@ class Worker(TimedCommands):
         output reads of timed calls run with the candidate's hooks off (watch.hooks_off), and timed commands
         with the collector off (watch.quiet_loop); compile's first-use changes come before the watch's snapshot."""
         self.strict = strict
-        self.guard = hooks_off if strict else contextlib.nullcontext
-        self.quiet = functools.partial(quiet_loop, ProfileAudit()) if strict else contextlib.nullcontext
+        if strict:  # what the hooks, the collector and the audit see goes into the watch's report
+            self.guard = functools.partial(hooks_off, self.noted)
+            self.quiet = functools.partial(quiet_loop, ProfileAudit(self.noted))
         if env:
             if torch.cuda.is_initialized():
                 raise HarnessError("the worker's CUDA context exists before its environment was set")
@@ -192,7 +194,7 @@ class Worker(TimedCommands):
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
         self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
-        self.watch = RuntimeWatch(codes=self.strict)
+        self.watch = RuntimeWatch(self.noted, codes=self.strict)
         return info
 
     def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1,

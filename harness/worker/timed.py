@@ -82,14 +82,12 @@ class TimedCommands:
             return (lambda: model(*args)), counted
 
         threads_before = native_threads()
-        with self.quiet() as quiet:
+        with self.quiet():
             samples, unsampled = clocks.run_loop(self.clock, step, lambda _: None,
                                                  lambda i, out, _: feed.hold(i, current[0], out),
                                                  LoopSettings(**loop), self.guard)
             with self.guard():
                 feed.settle()
-        if quiet is not None and self.watch is not None:
-            self.watch.noted.extend(quiet.changed)
         return {"device_us": [s.device_us for s in samples], "host_us": [s.host_us for s in samples],
                 "span_us": [s.span_us for s in samples], "launch_us": [s.launch_us for s in samples],
                 "sample_calls": [s.call for s in samples],

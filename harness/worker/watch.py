@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -38,24 +38,26 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
     back after, for its own calls. A hook that does a call's work when the harness first touches the output,
     after the clock has stopped, or that sees the next inputs as they are drawn, sees nothing. The harness's
     own modes (`torch.device` around a draw) work inside. About 1 us where the candidate installed none.
-    A profile or trace function, or monitoring events, found here are named in `seen` (reported as a patched
+    A profile or trace function, or monitoring events, found here are added to `noted` (reported as a patched
     runtime): no honest kernel sets them, and setting them off raises an audit event, which an audit hook (that
     nothing removes) could use to act after the clock. Where none is set, nothing here raises one."""
 
-    __slots__ = ("prof", "trace", "events", "modes", "dispatch")
-    seen: ClassVar[set[str]] = set()
+    __slots__ = ("noted", "prof", "trace", "events", "modes", "dispatch")
+
+    def __init__(self, noted: set[str]):
+        self.noted = noted
 
     def __enter__(self) -> None:
         self.prof, self.trace = _getprofile(), _gettrace()
         if self.prof is not None or self.trace is not None:
-            hooks_off.seen.add("sys.setprofile or sys.settrace (a function set around timed calls)")
+            self.noted.add("sys.setprofile or sys.settrace (a function set around timed calls)")
             _setprofile(None)
             _settrace(None)
         self.events = {}
         if _monitoring is not None:
             for tool in range(6):
                 if _monitoring.get_tool(tool) is not None and _monitoring.get_events(tool):
-                    hooks_off.seen.add("sys.monitoring (events set around timed calls)")
+                    self.noted.add("sys.monitoring (events set around timed calls)")
                     self.events[tool] = _monitoring.get_events(tool)
                     _monitoring.set_events(tool, 0)
         self.modes = []
@@ -79,57 +81,51 @@ class hooks_off:  # noqa: N801  (used as a function: `with hooks_off():`)
             _setprofile(self.prof)
 
 
-class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop() as q:`)
+class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop():`)
     """For a whole timed command, as timeit does: the cyclic collector off and its callbacks set aside. Else a
     collection that the harness's own allocations set off would run the candidate's callbacks or its garbage's
     finalizers between the harness's steps, once the clock has stopped, and finish a call's work unseen. Only
-    the candidate's calls run meanwhile, so a collector found on again or a callback added is theirs: `changed`
-    names it, with any profile or trace function set meanwhile (ProfileAudit). All is put back as it was."""
+    the candidate's calls run meanwhile, so a collector found on again or a callback added is theirs: it is
+    added to the audit's `noted`, as is any profile or trace function set meanwhile. All is put back."""
 
-    __slots__ = ("audit", "enabled", "callbacks", "changed")
+    __slots__ = ("audit", "enabled", "callbacks")
 
-    def __init__(self, audit: "ProfileAudit | None" = None):
+    def __init__(self, audit: "ProfileAudit"):
         self.audit = audit
 
-    def __enter__(self) -> "quiet_loop":
-        if self.audit is not None:
-            self.audit.seen.clear()
-            self.audit.on = True
+    def __enter__(self) -> None:
+        self.audit.on = True
         self.enabled = _gc_isenabled()
         _gc_disable()
         self.callbacks = _GC_CALLBACKS[:]
         _GC_CALLBACKS.clear()
-        self.changed: list[str] = []
-        return self
 
     def __exit__(self, *exc) -> None:
         on, added = _gc_isenabled(), bool(_GC_CALLBACKS)
         _gc_disable()
-        self.changed = [n for n, hit in (("gc.enable (during a timed call)", on),
-                                         ("gc.callbacks (added during a timed call)", added)) if hit]
+        self.audit.noted.update(n for n, hit in (("gc.enable (during a timed call)", on),
+                                                 ("gc.callbacks (added during a timed call)", added)) if hit)
         _GC_CALLBACKS[:] = self.callbacks
         if self.enabled:
             _gc_enable()
-        if self.audit is not None:
-            self.audit.on = False
-            self.changed += [f"{e} (during a timed call)" for e in sorted(self.audit.seen)]
+        self.audit.on = False
 
 
 class ProfileAudit:
     """An audit hook, added before the candidate is imported (nothing removes one): while `on` (a timed command,
-    quiet_loop) it notes every profile or trace function set or removed. A profile function that a call sets,
-    which does its work at the return of the clock's own read and then removes itself, is gone before the
-    harness's next step could find it; setting it is seen here."""
+    quiet_loop) it adds to `noted` every profile or trace function set or removed. A profile function that a
+    call sets, which does its work at the return of the clock's own read and then removes itself, is gone
+    before the harness's next step could find it; setting it is seen here."""
 
-    __slots__ = ("on", "seen")
+    __slots__ = ("on", "noted")
 
-    def __init__(self):
-        self.on, self.seen = False, set()
+    def __init__(self, noted: set[str]):
+        self.on, self.noted = False, noted
         sys.addaudithook(self)
 
     def __call__(self, event: str, args: tuple) -> None:
         if self.on and event in _PROFILE_EVENTS:
-            self.seen.add(event)
+            self.noted.add(f"{event} (during a timed call)")
 
 
 def preload_compile() -> None:
@@ -161,7 +157,7 @@ class RuntimeWatch:
     and the Python handler of every signal: a handler runs between any two of the harness's steps, once the
     clock has stopped, whichever thread the signal reached."""
 
-    def __init__(self, codes: bool = False):
+    def __init__(self, noted: set[str], codes: bool = False):
         kinds = (types.ModuleType, staticmethod, classmethod)
         self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
@@ -169,7 +165,7 @@ class RuntimeWatch:
                       for k, v in attrs.items() if isinstance(v, types.FunctionType)] if codes else []
         self.handlers = {s: _getsignal(s) for s in _SIGNALS} if codes else {}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
-        self.noted: list[str] = []  # changes seen by other means (quiet_loop), reported with the rest
+        self.noted = noted  # seen by other means (hooks_off, quiet_loop, ProfileAudit), reported with the rest
 
     @staticmethod
     def _targets() -> dict[str, Any]:
@@ -199,4 +195,4 @@ class RuntimeWatch:
         out.extend(label for label, fn, code in self.codes if fn.__code__ is not code)
         out.extend(f"signal.signal({signal.strsignal(s) or s}, ...) (its handler runs between any two steps)"
                    for s, h in self.handlers.items() if _getsignal(s) is not h)
-        return sorted(out + self.noted + sorted(hooks_off.seen))[:20]
+        return sorted(out + sorted(self.noted))[:20]
