@@ -5,6 +5,7 @@ environment. Three problems of our own: launch-bound (a few small ops), cuBLAS-h
 elementwise op); the candidate is the reference's own code, so its figure must agree too, and it must be correct.
 
     python bench/reftime.py [--out DIR] [--tolerance 0.05] [--processes 5] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
+    python bench/reftime.py --plain-only launch_ops --variants plain,ctx,poison,held,refill --processes 4
 
 Exit 0 when every harness figure is within the tolerance of the plain figure (the median of --processes plain
 processes' medians, less those a disturbed device slowed: `undisturbed`; each process times every problem in
@@ -12,7 +13,9 @@ turn); 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
 held for 16 calls, as the harness's timed batches do), `onecore` (the process on one core, as a lane's workers
-are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process).
+are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process), `refill` (16 input sets copied in turn into the
+first set's tensors before each call's flush), `ctx` (two idle processes holding CUDA contexts meanwhile, as a
+lane's other workers do), `poison` (a 4 GB block filled and released to the caching allocator first).
 """
 
 from __future__ import annotations
@@ -102,7 +105,17 @@ if "onecore" in variant:
     os.sched_setaffinity(0, [max(os.sched_getaffinity(0))])
 if "spin" in variant:
     prefer_spin_wait()
+others = []
+if "ctx" in variant:  # idle processes holding CUDA contexts of their own, as a lane's other workers do
+    import subprocess
+    for _ in range(2):
+        others.append(subprocess.Popen([sys.executable, "-c", "import sys, time, torch; torch.zeros(1, device='cuda')"
+                                        "; print(1, flush=True); time.sleep(600)"], stdout=subprocess.PIPE))
+    for p in others:
+        p.stdout.readline()
 torch.set_grad_enabled(False)
+if "poison" in variant:  # a 4 GB block filled and released to the caching allocator, as candidate workers have
+    torch.empty(4 * 2**30, dtype=torch.uint8, device="cuda").fill_(255)
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
 flush = torch.empty(max(2 * l2, 256 * 2**20), dtype=torch.uint8, device="cuda")
 for path in paths:
@@ -117,12 +130,15 @@ for path in paths:
         torch.cuda.synchronize()
         k += 1
     times = []
-    sets = [draw(k + 2) for k in range(16)] if "held" in variant else []
+    sets = [draw(k + 2) for k in range(16)] if "held" in variant or "refill" in variant else []
     held = []
     for k in range(n):
         if "fresh" in variant:
             inputs = draw(k + 2)
-        if sets:
+        if "refill" in variant:
+            for buf, new in zip(inputs, sets[k % 16]):
+                buf.copy_(new)
+        elif sets:
             inputs = sets[k % 16]
         flush.zero_()
         if "sync" in variant:
@@ -132,7 +148,7 @@ for path in paths:
         out = model(*inputs)
         b.record()
         torch.cuda.synchronize()
-        held = (held + [out])[-16:] if sets else held
+        held = (held + [out])[-16:] if "held" in variant else held
         del out
         times.append(a.elapsed_time(b) * 1e3)
     times.sort()
@@ -140,6 +156,8 @@ for path in paths:
           flush=True)
     del model, inputs, sets, held
     torch.cuda.empty_cache()
+for p in others:
+    p.kill()
 '''
 
 
@@ -204,8 +222,20 @@ def main() -> int:
                     "(the plain method's figure: the median of their medians)")
     ap.add_argument("--timing", default="", help="more timing settings for the harness, flow style: "
                     "'min_runs: 100, warmup_ms: 50'")
-    ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, cublas")
+    ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, held, refill, onecore, "
+                    "spin, cublas, ctx, poison")
+    ap.add_argument("--plain-only", default="", metavar="STEMS", help="comma-separated problems: only their plain "
+                    "variants, each in --processes processes (diagnosis)")
     a = ap.parse_args()
+    if a.plain_only:
+        root = Path(tempfile.mkdtemp(prefix="kbh-reftime-"))
+        problems, _ = write_problems(root)
+        paths = {stem: problems / f"{stem}.py" for stem in a.plain_only.split(",")}
+        for v in a.variants.split(","):
+            for stem, f in plain(paths, v, a.runs, a.processes).items():
+                print(f"{stem} {v}: median {f.get('median_us', 0):.2f} us, process medians "
+                      f"{[round(x, 2) for x in f.get('process_medians') or []]}", flush=True)
+        return 0
     out = a.out or Path(tempfile.mkdtemp(prefix="kbh-reftime-"))
     problems, solutions = write_problems(out / "suite")
     more = f", {a.timing}" if a.timing else ""
