@@ -46,8 +46,6 @@ from .watch import (
 )
 
 _perf = time.perf_counter
-_set_det = torch.use_deterministic_algorithms
-_det_enabled = torch.are_deterministic_algorithms_enabled
 _gc_collect = __import__("gc").collect
 
 
@@ -301,12 +299,7 @@ class Worker(TimedCommands):
             return {"outputs": [tensor_meta(o) for o in outs], "input_fps": fps,
                     "input_bytes": tensor_bytes(inputs)}
         threads_before = native_threads()
-        _set_det(True, warn_only=True)
-        try:
-            out = self.model(*inputs)
-        finally:
-            det_kept = _det_enabled()
-            _set_det(False)
+        out = self.model(*inputs)
         threads_after = native_threads()
         py_threads = self.extra_threads()
         outs = plain_outputs(out)
@@ -325,7 +318,7 @@ class Worker(TimedCommands):
         self.sync()
         self.returned.extend(weakref.ref(o) for o in outs)
         return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
-                "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
+                "aliases_input": alias, "reused_output": reused,
                 "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
 
     def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,
