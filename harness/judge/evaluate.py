@@ -187,6 +187,7 @@ class CandidateEvaluation:
         outcome = CheckOutcome(
             seed=seed, phase=phase, comparison=cmp, replay_of=replay_of, late_write=bool(reply.get("late_write")),
             aliases_input=bool(reply.get("aliases_input")), input_mutated=reply.get("input_fps") != ref.input_fps[seed],
+            deterministic_kept=bool(reply.get("deterministic_kept", True)),
             thread_growth=(not first) and threads[1] > threads[0],
             extra_py_threads=tuple(reply.get("extra_py_threads") or ()))
         ev.checks.append(outcome)

@@ -27,6 +27,7 @@ class CheckOutcome:
     late_write: bool = False
     aliases_input: bool = False
     input_mutated: bool = False
+    deterministic_kept: bool = True
     thread_growth: bool = False
     extra_py_threads: tuple[str, ...] = ()
 

@@ -124,6 +124,8 @@ def integrity_flags(e: Evidence) -> dict[str, str]:
             flags[Flag.OUTPUT_ALIASES_INPUT] = f"seed {c.seed}: output shares storage with an input"
         if c.input_mutated:
             flags[Flag.INPUT_MUTATED] = f"seed {c.seed}: inputs differ after the call"
+        if not c.deterministic_kept:
+            flags[Flag.PATCHED_RUNTIME] = f"seed {c.seed}: turned off the harness's uninitialized-memory poisoning"
         if c.replay_of == -1:
             flags[Flag.REPLAYED_OUTPUT] = f"seed {c.seed}: returned an earlier call's output tensor again, not rewritten"
         elif c.replay_of is not None:

@@ -46,6 +46,8 @@ from .watch import (
 )
 
 _perf = time.perf_counter
+_set_det = torch.use_deterministic_algorithms
+_det_enabled = torch.are_deterministic_algorithms_enabled
 _gc_collect = __import__("gc").collect
 
 
@@ -138,9 +140,12 @@ class Worker(TimedCommands):
         """A spare starts its device later (`device`, in its turn): a CUDA context made while another
         candidate is timed would share its GPU. env is applied before anything reads it. strict: draws and
         output reads of timed calls run with the candidate's hooks off (watch.hooks_off), and timed commands
-        with the collector off (watch.quiet_loop); compile's first-use changes come before the watch's snapshot."""
+        with the collector off (watch.quiet_loop); compile's first-use changes come before the watch's snapshot;
+        draws seed through functions bound now; checked calls run in the modes timed ones do (otherwise in
+        deterministic mode, which fills new tensors with NaN but tells a check from a timed call)."""
         self.strict = strict
         if strict:  # what the hooks, the collector and the audit see goes into the watch's report
+            problem.bind_seeders()
             self.guard = functools.partial(hooks_off, self.noted)
             self.quiet = functools.partial(quiet_loop, ProfileAudit(self.noted))
         if env:
@@ -192,7 +197,7 @@ class Worker(TimedCommands):
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
         self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
-        self.watch = RuntimeWatch(self.noted, codes=self.strict)
+        self.watch = RuntimeWatch(self.noted, codes=self.strict, namespaces={"problem": self.ns})
         return info
 
     def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1,
@@ -299,7 +304,13 @@ class Worker(TimedCommands):
             return {"outputs": [tensor_meta(o) for o in outs], "input_fps": fps,
                     "input_bytes": tensor_bytes(inputs)}
         threads_before = native_threads()
-        out = self.model(*inputs)
+        if not self.strict:
+            _set_det(True, warn_only=True)
+        try:
+            out = self.model(*inputs)
+        finally:
+            det_kept = self.strict or _det_enabled()
+            _set_det(False)
         threads_after = native_threads()
         py_threads = self.extra_threads()
         outs = plain_outputs(out)
@@ -318,7 +329,7 @@ class Worker(TimedCommands):
         self.sync()
         self.returned.extend(weakref.ref(o) for o in outs)
         return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
-                "aliases_input": alias, "reused_output": reused,
+                "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
                 "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
 
     def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,

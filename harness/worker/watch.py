@@ -3,9 +3,13 @@ runs beside candidate code, so a clean report is evidence, never a verdict."""
 
 import builtins
 import contextlib
+import functools
 import gc
 import importlib
+import inspect
+import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -151,15 +155,21 @@ def native_threads() -> int:
         return -1
 
 
+def _attrs(obj: Any) -> dict:
+    return obj if isinstance(obj, dict) else vars(obj)
+
+
 class RuntimeWatch:
     """Identity of every callable the harness relies on, to report what a candidate replaced. With `codes`, the
     code object of each Python function among them too (replacing a function's `__code__` keeps its identity),
     and the Python handler of every signal: a handler runs between any two of the harness's steps, once the
     clock has stopped, whichever thread the signal reached."""
 
-    def __init__(self, noted: set[str], codes: bool = False):
+    def __init__(self, noted: set[str], codes: bool = False, namespaces: dict[str, dict] | None = None):
+        self.strict = codes
+        self.namespaces = dict(namespaces or {})
         kinds = (types.ModuleType, staticmethod, classmethod)
-        self.snapshot = {name: {k: v for k, v in vars(obj).items() if callable(v) or isinstance(v, kinds)}
+        self.snapshot = {name: {k: v for k, v in _attrs(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
         self.codes = [(f"{name}.{k}.__code__", v, v.__code__) for name, attrs in self.snapshot.items()
                       for k, v in attrs.items() if isinstance(v, types.FunctionType)] if codes else []
@@ -167,14 +177,19 @@ class RuntimeWatch:
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
         self.noted = noted  # seen by other means (hooks_off, quiet_loop, ProfileAudit), reported with the rest
 
-    @staticmethod
-    def _targets() -> dict[str, Any]:
+    def _targets(self) -> dict[str, Any]:
+        """What the worker's own steps call; with `codes` (the strict sandbox) the standard library's modules
+        among them too (the replies pass through json, the draw through random, inspect and contextlib), and
+        the problem's namespace, whose get_inputs and helpers every draw runs."""
         targets: dict[str, Any] = {
             "time": time, "builtins": builtins, "os": os, "gc": gc, "threading": threading,
             "torch": torch, "torch.Tensor": torch.Tensor, "torch.TensorBase": torch.Tensor.__mro__[1],
             "torch.testing": torch.testing, "torch.nn.Module": torch.nn.Module,
             "torch.utils.cpp_extension": sys.modules.get("torch.utils.cpp_extension"),
         }
+        if self.strict:
+            targets.update({"json": json, "random": random, "random.Random": random.Random, "inspect": inspect,
+                            "contextlib": contextlib, "functools": functools, **self.namespaces})
         if torch.cuda.is_available():
             targets.update({"torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
                             "torch.cuda.EventBase": torch.cuda.Event.__mro__[1]})
@@ -189,7 +204,7 @@ class RuntimeWatch:
     def changed(self) -> list[str]:
         out = []
         for name, obj in self._targets().items():
-            now = vars(obj)
+            now = _attrs(obj)
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
         out.extend(label for label, fn, code in self.codes if fn.__code__ is not code)
