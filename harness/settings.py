@@ -12,7 +12,7 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-STRICT_SANDBOX = ("cpu", "cuda")
+STRICT_SANDBOX = ("cpu",)
 """Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
 nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
 folders; each has a folder of its own and its stdout and stderr through a pipe (judge/logpump.py), and its timed
@@ -23,7 +23,7 @@ has yet passed whole with it on CUDA: ("cpu", "cuda") switches it on there."""
 LOG_CAP_BYTES = 16 * 2**20
 """The most of a candidate worker's output a log keeps where the output comes through a pipe (the strict sandbox);
 the rest is counted and dropped."""
-L2_RESET_ON_DEMAND = True
+L2_RESET_ON_DEMAND = False
 """The worker's clock sets the persisting-L2 limit to 0 and resets persisting lines at start; False: the lines are
 reset again before every flush; True: the limit is read before every flush, and both are done again only where a
 call set it (worker/clocks.py). No GPU acceptance run has yet passed whole with True."""
@@ -83,7 +83,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = True  # True: launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = False  # True: launches queue behind the L2 flush, as users time (clocks.py)
     launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
 
