@@ -178,3 +178,10 @@ def test_forgery_leaves_no_trace(adversarial):
     log = (adversarial.out / "logs" / "forge_results.log").read_text()
     assert "100.00x" in log
     assert "100.00x" not in (adversarial.out / "summary.md").read_text()
+
+
+def test_reply_path_rewrites_are_reported_by_the_runtime_watch_under_the_strict_sandbox(adversarial):
+    """Besides the judge's clock: a method of the worker or of its connection shadowed by an instance attribute."""
+    for cheat, route in (("rewrite_gc", "worker_conn.send_bytes"), ("rewrite_stack", "worker.send")):
+        r = adversarial.by(cheat, "tiny")
+        assert "patched_runtime" in r["flags"] and route in r["message"], json.dumps(r)

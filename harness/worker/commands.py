@@ -198,6 +198,7 @@ class Worker(TimedCommands):
         self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
         self.watch = RuntimeWatch(self.noted, codes=self.strict, namespaces={"problem": self.ns})
+        self.watch.hold(worker=self, worker_conn=self.conn)
         return info
 
     def cmd_device(self, frames, poison_bytes: int = 0, holders: int = 1,

@@ -159,6 +159,24 @@ def _attrs(obj: Any) -> dict:
     return obj if isinstance(obj, dict) else vars(obj)
 
 
+def _shadowed(instances: dict[str, tuple[Any, dict]]) -> list[str]:
+    """Attributes of the harness's own objects (the worker, its connection to the judge) set on the instance
+    over a method of its class, or rebound from what they held at the snapshot where they were not callable
+    then: the instance routes to the reply path that no module or class attribute shows."""
+    out = []
+    for name, (obj, before) in instances.items():
+        for k, v in vars(obj).items():
+            method = callable(getattr(type(obj), k, None))
+            if (method and before.get(k, _MISSING) is not v) or (k in before and not callable(before[k])
+                                                                  and k in _PINNED and before[k] is not v):
+                out.append(f"{name}.{k} (instance attribute)")
+    return out
+
+
+_MISSING = object()
+_PINNED = frozenset({"conn", "watch", "fp", "clock", "slots", "noted", "guard", "quiet"})
+
+
 class RuntimeWatch:
     """Identity of every callable the harness relies on, to report what a candidate replaced. With `codes`, the
     code object of each Python function among them too (replacing a function's `__code__` keeps its identity),
@@ -168,6 +186,7 @@ class RuntimeWatch:
     def __init__(self, noted: set[str], codes: bool = False, namespaces: dict[str, dict] | None = None):
         self.strict = codes
         self.namespaces = dict(namespaces or {})
+        self.instances: dict[str, tuple[Any, dict]] = {}
         kinds = (types.ModuleType, staticmethod, classmethod)
         self.snapshot = {name: {k: v for k, v in _attrs(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
@@ -201,12 +220,19 @@ class RuntimeWatch:
                         targets[f"{name}.{attr}"] = value
         return {k: v for k, v in targets.items() if v is not None}
 
+    def hold(self, **instances: Any) -> None:
+        """With `codes`, the harness's own objects as they are now (see _shadowed)."""
+        if self.strict:
+            self.instances.update({name: (obj, dict(vars(obj))) for name, obj in instances.items()
+                                   if hasattr(obj, "__dict__")})
+
     def changed(self) -> list[str]:
         out = []
         for name, obj in self._targets().items():
             now = _attrs(obj)
             out.extend(f"{name}.{k}" for k, v in self.snapshot.get(name, {}).items() if now.get(k) is not v)
         out.extend(f"sys.modules[{name}]" for name in self.modules if sys.modules.get(name) is None)
+        out.extend(_shadowed(self.instances))
         out.extend(label for label, fn, code in self.codes if fn.__code__ is not code)
         out.extend(f"signal.signal({signal.strsignal(s) or s}, ...) (its handler runs between any two steps)"
                    for s, h in self.handlers.items() if _getsignal(s) is not h)
