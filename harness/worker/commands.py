@@ -287,23 +287,31 @@ class Worker(TimedCommands):
                       if t.ident not in self.py_threads and t.is_alive())
 
     def cmd_check(self, frames, seed: int, out_prefix: str | None = None) -> dict:
+        """Under the strict sandbox a checked call meets what a timed one does: the collector off, the draw and
+        every read of its outputs with the candidate's hooks off (a hook that acts only there would tell)."""
+        if self.role != "reference":
+            with self.quiet():
+                return self._check_candidate(frames, seed, out_prefix)
         inputs = self.inputs(seed)
-        if self.role == "reference":
-            # Judge and worker draw each seed apart: a redraw with new tensors filled catches a draw that returns
-            # memory it never wrote or runs an op that differs run to run, before any candidate is judged on it.
-            fps = self.tensor_fps(inputs)
-            again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
-                                                        fill_uninitialized=True, precision=self.precision))
-            if again != fps:
-                i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
-                raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
-                                   f"in input tensor {i} (it returns memory it never wrote, or an op differs "
-                                   "run to run; README, Writing a problem)")
-            outs = plain_outputs(self.model(*inputs))
-            self.sync()
-            frames.extend(as_bytes(o) for o in outs)
-            return {"outputs": [tensor_meta(o) for o in outs], "input_fps": fps,
-                    "input_bytes": tensor_bytes(inputs)}
+        # Judge and worker draw each seed apart: a redraw with new tensors filled catches a draw that returns
+        # memory it never wrote or runs an op that differs run to run, before any candidate is judged on it.
+        fps = self.tensor_fps(inputs)
+        again = self.tensor_fps(problem.make_inputs(self.ns, self.params, seed, self.device,
+                                                    fill_uninitialized=True, precision=self.precision))
+        if again != fps:
+            i = next((k for k, (a, b) in enumerate(zip(fps, again)) if a != b), min(len(fps), len(again)))
+            raise HarnessError(f"get_inputs is not repeatable: seed {seed} drawn twice gave different bytes "
+                               f"in input tensor {i} (it returns memory it never wrote, or an op differs "
+                               "run to run; README, Writing a problem)")
+        outs = plain_outputs(self.model(*inputs))
+        self.sync()
+        frames.extend(as_bytes(o) for o in outs)
+        return {"outputs": [tensor_meta(o) for o in outs], "input_fps": fps,
+                "input_bytes": tensor_bytes(inputs)}
+
+    def _check_candidate(self, frames, seed: int, out_prefix: str | None) -> dict:
+        with self.guard():
+            inputs = self.inputs(seed)
         threads_before = native_threads()
         if not self.strict:
             _set_det(True, warn_only=True)
@@ -312,6 +320,11 @@ class Worker(TimedCommands):
         finally:
             det_kept = self.strict or _det_enabled()
             _set_det(False)
+        with self.guard():
+            return self._read_check(frames, inputs, out, out_prefix, det_kept, threads_before)
+
+    def _read_check(self, frames, inputs: list, out, out_prefix: str | None, det_kept: bool,
+                    threads_before: int) -> dict:
         threads_after = native_threads()
         py_threads = self.extra_threads()
         outs = plain_outputs(out)

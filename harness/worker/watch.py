@@ -107,8 +107,8 @@ class quiet_loop:  # noqa: N801  (used as a function: `with quiet_loop():`)
     def __exit__(self, *exc) -> None:
         on, added = _gc_isenabled(), bool(_GC_CALLBACKS)
         _gc_disable()
-        self.audit.noted.update(n for n, hit in (("gc.enable (during a timed call)", on),
-                                                 ("gc.callbacks (added during a timed call)", added)) if hit)
+        self.audit.noted.update(n for n, hit in (("gc.enable (during a checked or timed call)", on),
+                                                 ("gc.callbacks (added during a checked or timed call)", added)) if hit)
         _GC_CALLBACKS[:] = self.callbacks
         if self.enabled:
             _gc_enable()
@@ -129,7 +129,7 @@ class ProfileAudit:
 
     def __call__(self, event: str, args: tuple) -> None:
         if self.on and event in _PROFILE_EVENTS:
-            self.noted.add(f"{event} (during a timed call)")
+            self.noted.add(f"{event} (during a checked or timed call)")
 
 
 def preload_compile() -> None:
