@@ -161,14 +161,12 @@ def _attrs(obj: Any) -> dict:
 
 def _shadowed(instances: dict[str, tuple[Any, dict]]) -> list[str]:
     """Attributes of the harness's own objects (the worker, its connection to the judge) set on the instance
-    over a method of its class, or rebound from what they held at the snapshot where they were not callable
-    then: the instance routes to the reply path that no module or class attribute shows."""
+    over a method of its class, or pinned ones (its connection, watch, clock, hooks-off guard...) rebound since
+    the snapshot: the instance routes to the reply path and the guards that no module or class attribute shows."""
     out = []
     for name, (obj, before) in instances.items():
         for k, v in vars(obj).items():
-            method = callable(getattr(type(obj), k, None))
-            if (method and before.get(k, _MISSING) is not v) or (k in before and not callable(before[k])
-                                                                  and k in _PINNED and before[k] is not v):
+            if (k in _PINNED or callable(getattr(type(obj), k, None))) and before.get(k, _MISSING) is not v:
                 out.append(f"{name}.{k} (instance attribute)")
     return out
 
