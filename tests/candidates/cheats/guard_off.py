@@ -1,5 +1,5 @@
 """Cheat (class 17): finds the worker through the call stack and rebinds its hooks-off guard and its collector
-guard to no-ops on the instance (no module or class attribute changes), so a torch function mode it installs
+guard to no-ops on the instance (no module or class attribute changes), so a torch dispatch mode it installs
 fills an empty output when the harness reads it, after the clock has stopped. The runtime watch holds the
 worker's pinned attributes: the rebinding is a patched runtime."""
 
@@ -7,20 +7,19 @@ import contextlib
 import sys
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _PENDING: list = []
 
 
-def _pack(out, token_hidden, expert_idx, slot_idx, expert_offsets):
-    out.zero_()
-    out.index_copy_(0, expert_offsets.long()[expert_idx.long()] + slot_idx.long(), token_hidden)
+class _FillOnDispatch(TorchDispatchMode):
+    """Packs what is pending at the next op that reaches dispatch: the harness's first read of the output."""
 
-
-class _FillOnTouch(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         while _PENDING:
-            _pack(*_PENDING.pop())
+            out, x, e, s, off = _PENDING.pop()
+            out.zero_()
+            out.index_copy_(0, off.long()[e.long()] + s.long(), x)
         return func(*args, **(kwargs or {}))
 
 
@@ -34,7 +33,7 @@ def _unguard() -> None:
         f = f.f_back
 
 
-_FillOnTouch().__enter__()
+_FillOnDispatch().__enter__()
 
 
 class ModelNew(torch.nn.Module):
