@@ -4,8 +4,9 @@
 #   DEADLINE=560 bash bench/gpu_session.sh info acceptance     (the acceptance gate: fresh HOME and caches)
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past DEADLINE
 # seconds after the start (a device command may run 600 s). `bundled` runs the bundled config, which the GPU
-# tests then reuse; `cheats` tables the adversarial suite on the GPU; THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS,
-# DRAWS_ARGS and CHEATS_ARGS pass arguments on.
+# tests then reuse; `cheats` tables the adversarial suite on the GPU; `launchmodes` times the launch-bound
+# reference plainly in 4 processes per variant (LAUNCHMODES_VARIANTS: where its two modes come from);
+# THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS, DRAWS_ARGS and CHEATS_ARGS pass arguments on.
 set -u
 OUT=${OUT:-/tmp/kbh-out}
 mkdir -p "$OUT" results
@@ -38,6 +39,9 @@ for step in "$@"; do
       timeout "$t" $PY bench/roofline.py ${ROOFLINE_ARGS:---run results/gpu-bundled} > "$OUT/roofline.log" 2>&1 ;;
     suite)
       timeout "$t" $PY bench/suite.py ${SUITE_ARGS:-} > "$OUT/suite.log" 2>&1 ;;
+    launchmodes)
+      timeout "$t" $PY bench/reftime.py --plain-only launch_ops --variants "${LAUNCHMODES_VARIANTS:-plain,held,refill}" \
+        --processes 4 --runs 200 > "$OUT/launchmodes.log" 2>&1 ;;
     draws)
       timeout "$t" $PY bench/draws.py ${DRAWS_ARGS:-cost} > "$OUT/draws.log" 2>&1 ;;
     cheats)
