@@ -13,9 +13,10 @@ turn); 1 otherwise. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
 held for 16 calls, as the harness's timed batches do), `onecore` (the process on one core, as a lane's workers
-are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that process), `refill` (16 input sets copied in turn into the
-first set's tensors before each call's flush), `ctx` (two idle processes holding CUDA contexts meanwhile, as a
-lane's other workers do), `poison` (a 4 GB block filled and released to the caching allocator first).
+are), `spin` (spin-waiting host syncs, as workers ask), `cublas` (CUBLAS_WORKSPACE_CONFIG=:4096:8 in that
+process), `refill` (16 input sets copied in turn into the first set's tensors before each call's flush), `ctx`
+(two idle processes holding CUDA contexts meanwhile, as a lane's other workers do), `poison` (a 4 GB block filled
+and released to the caching allocator first).
 """
 
 from __future__ import annotations

@@ -66,24 +66,24 @@ def validate(src: ProblemSource, shapes: tuple[Shape, ...]) -> None:
 _SEEDERS: tuple | None = None
 
 
+def _seeders() -> tuple:
+    import numpy as np
+    import torch
+
+    return random.seed, np.random.seed, torch.default_generator.manual_seed, torch.cuda.manual_seed_all
+
+
 def bind_seeders() -> None:
     """Bind the seeding functions now, before any candidate is imported (a strict-sandbox worker's init): a
     candidate that replaces `random.seed` later is not called by a draw (and the worker's watch reports it)."""
     global _SEEDERS
-    import numpy as np
-    import torch
-
-    _SEEDERS = random.seed, np.random.seed, torch.default_generator.manual_seed, torch.cuda.manual_seed_all
+    _SEEDERS = _seeders()
 
 
 def seed_everything(seed: int, device: str = "cpu") -> None:
     """What `torch.manual_seed` seeds here (Python, numpy, torch's CPU and CUDA generators), without its other
     backends' hops: 138 us a call on the CPU machine, where a timed call draws its inputs every call."""
-    import numpy as np
-    import torch
-
-    py, np_seed, torch_seed, cuda_seed = _SEEDERS or (random.seed, np.random.seed, torch.default_generator.manual_seed,
-                                                      torch.cuda.manual_seed_all)
+    py, np_seed, torch_seed, cuda_seed = _SEEDERS or _seeders()
     py(seed)
     np_seed(seed % 2**32)
     torch_seed(seed)

@@ -48,8 +48,8 @@ def adversarial(run_eval):
     ("audit_fill", "patched_runtime"),              # 17: an audit hook, woken by the harness's hooks going off
     ("signal_fill", "patched_runtime"),             # 17: a timer's handler, run between the harness's steps
     ("profile_once", "patched_runtime"),            # 17: a profile function that acts once and removes itself
-    ("draw_hook", "patched_runtime"),               # 18: get_inputs wrapped in the worker's problem namespace
     ("guard_off", "patched_runtime"),               # 17: the worker's hooks-off guard rebound on its instance
+    ("draw_hook", "patched_runtime"),               # 18: get_inputs wrapped in the worker's problem namespace
     ("seed_hook", "patched_runtime"),               # 18: random.seed replaced, run first by every draw
 ])
 def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):

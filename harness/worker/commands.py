@@ -197,7 +197,7 @@ class Worker(TimedCommands):
         info.update(flush_bytes=flush, l2_reset=self.clock.l2_reset)
         self.fp = Fingerprinter(self.fp_seed, self.device)
         self.py_threads = {t.ident for t in threading.enumerate()}
-        self.watch = RuntimeWatch(self.noted, codes=self.strict, namespaces={"problem": self.ns})
+        self.watch = RuntimeWatch(self.noted, strict=self.strict, namespaces={"problem": self.ns})
         self.watch.hold(worker=self, worker_conn=self.conn)
         return info
 
@@ -321,30 +321,26 @@ class Worker(TimedCommands):
             det_kept = self.strict or _det_enabled()
             _set_det(False)
         with self.guard():
-            return self._read_check(frames, inputs, out, out_prefix, det_kept, threads_before)
-
-    def _read_check(self, frames, inputs: list, out, out_prefix: str | None, det_kept: bool,
-                    threads_before: int) -> dict:
-        threads_after = native_threads()
-        py_threads = self.extra_threads()
-        outs = plain_outputs(out)
-        del out
-        self.returned = [r for r in self.returned if r() is not None]  # earlier outputs still held
-        live = {storage_span(r())[0] for r in self.returned if r().numel()}
-        reused = any(storage_span(o)[0] in live for o in outs if o.numel())  # returned again: a replay
-        fp_now = self.tensor_fps(outs)
-        self.sync()
-        fp_later = self.tensor_fps(outs)
-        metas = [{**tensor_meta(o), "file": f"{out_prefix}.{i}.bin"} for i, o in enumerate(outs)]
-        for o, meta in zip(outs, metas):
-            self.slots.write(o, meta["file"])
-        alias = aliases(outs, inputs)
-        poison(outs)
-        self.sync()
-        self.returned.extend(weakref.ref(o) for o in outs)
-        return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
-                "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
-                "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
+            threads_after = native_threads()
+            py_threads = self.extra_threads()
+            outs = plain_outputs(out)
+            del out
+            self.returned = [r for r in self.returned if r() is not None]  # earlier outputs still held
+            live = {storage_span(r())[0] for r in self.returned if r().numel()}
+            reused = any(storage_span(o)[0] in live for o in outs if o.numel())  # returned again: a replay
+            fp_now = self.tensor_fps(outs)
+            self.sync()
+            fp_later = self.tensor_fps(outs)
+            metas = [{**tensor_meta(o), "file": f"{out_prefix}.{i}.bin"} for i, o in enumerate(outs)]
+            for o, meta in zip(outs, metas):
+                self.slots.write(o, meta["file"])
+            alias = aliases(outs, inputs)
+            poison(outs)
+            self.sync()
+            self.returned.extend(weakref.ref(o) for o in outs)
+            return {"outputs": metas, "input_fps": self.tensor_fps(inputs), "late_write": fp_now != fp_later,
+                    "aliases_input": alias, "deterministic_kept": det_kept, "reused_output": reused,
+                    "threads": [threads_before, threads_after], "extra_py_threads": py_threads}
 
     def cmd_fingerprints(self, frames, seeds: list[int], projection: bool = False,
                          tolerances: dict | None = None) -> dict:

@@ -159,6 +159,10 @@ def _attrs(obj: Any) -> dict:
     return obj if isinstance(obj, dict) else vars(obj)
 
 
+_MISSING = object()
+_PINNED = frozenset({"conn", "watch", "fp", "clock", "slots", "noted", "guard", "quiet"})
+
+
 def _shadowed(instances: dict[str, tuple[Any, dict]]) -> list[str]:
     """Attributes of the harness's own objects (the worker, its connection to the judge) set on the instance
     over a method of its class, or pinned ones (its connection, watch, clock, hooks-off guard...) rebound since
@@ -171,31 +175,27 @@ def _shadowed(instances: dict[str, tuple[Any, dict]]) -> list[str]:
     return out
 
 
-_MISSING = object()
-_PINNED = frozenset({"conn", "watch", "fp", "clock", "slots", "noted", "guard", "quiet"})
-
-
 class RuntimeWatch:
-    """Identity of every callable the harness relies on, to report what a candidate replaced. With `codes`, the
+    """Identity of every callable the harness relies on, to report what a candidate replaced. With `strict`, the
     code object of each Python function among them too (replacing a function's `__code__` keeps its identity),
-    and the Python handler of every signal: a handler runs between any two of the harness's steps, once the
-    clock has stopped, whichever thread the signal reached."""
+    the Python handler of every signal (a handler runs between any two of the harness's steps, once the clock
+    has stopped, whichever thread the signal reached) and the harness's own objects (`hold`)."""
 
-    def __init__(self, noted: set[str], codes: bool = False, namespaces: dict[str, dict] | None = None):
-        self.strict = codes
+    def __init__(self, noted: set[str], strict: bool = False, namespaces: dict[str, dict] | None = None):
+        self.strict = strict
         self.namespaces = dict(namespaces or {})
         self.instances: dict[str, tuple[Any, dict]] = {}
         kinds = (types.ModuleType, staticmethod, classmethod)
         self.snapshot = {name: {k: v for k, v in _attrs(obj).items() if callable(v) or isinstance(v, kinds)}
                          for name, obj in self._targets().items()}
         self.codes = [(f"{name}.{k}.__code__", v, v.__code__) for name, attrs in self.snapshot.items()
-                      for k, v in attrs.items() if isinstance(v, types.FunctionType)] if codes else []
-        self.handlers = {s: _getsignal(s) for s in _SIGNALS} if codes else {}
+                      for k, v in attrs.items() if isinstance(v, types.FunctionType)] if strict else []
+        self.handlers = {s: _getsignal(s) for s in _SIGNALS} if strict else {}
         self.modules = [n for n in sys.modules if n == "harness" or n.startswith("harness.")]
         self.noted = noted  # seen by other means (hooks_off, quiet_loop, ProfileAudit), reported with the rest
 
     def _targets(self) -> dict[str, Any]:
-        """What the worker's own steps call; with `codes` (the strict sandbox) the standard library's modules
+        """What the worker's own steps call; with `strict` the standard library's modules
         among them too (the replies pass through json, the draw through random, inspect and contextlib), and
         the problem's namespace, whose get_inputs and helpers every draw runs."""
         targets: dict[str, Any] = {
@@ -219,7 +219,7 @@ class RuntimeWatch:
         return {k: v for k, v in targets.items() if v is not None}
 
     def hold(self, **instances: Any) -> None:
-        """With `codes`, the harness's own objects as they are now (see _shadowed)."""
+        """With `strict`, the harness's own objects as they are now (see _shadowed)."""
         if self.strict:
             self.instances.update({name: (obj, dict(vars(obj))) for name, obj in instances.items()
                                    if hasattr(obj, "__dict__")})
