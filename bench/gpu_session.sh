@@ -5,8 +5,9 @@
 # Steps run in the order given; a failing step is logged and the next one runs; no step runs past DEADLINE
 # seconds after the start (a device command may run 600 s). `bundled` runs the bundled config, which the GPU
 # tests then reuse; `cheats` tables the adversarial suite on the GPU; `launchmodes` times the launch-bound
-# reference plainly in 4 processes per variant (LAUNCHMODES_VARIANTS: where its two modes come from);
-# THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS, DRAWS_ARGS and CHEATS_ARGS pass arguments on.
+# reference plainly in 4 processes per variant (LAUNCHMODES_VARIANTS: where its two modes come from), `layouts`
+# under input layouts and both clocks within each process;
+# THROUGHPUT_ARGS, STABILITY_ARGS, ROOFLINE_ARGS, DRAWS_ARGS, LAYOUTS_ARGS and CHEATS_ARGS pass arguments on.
 set -u
 OUT=${OUT:-/tmp/kbh-out}
 mkdir -p "$OUT" results
@@ -42,6 +43,8 @@ for step in "$@"; do
     launchmodes)
       timeout "$t" $PY bench/reftime.py --plain-only launch_ops --variants "${LAUNCHMODES_VARIANTS:-plain,held,refill}" \
         --processes 4 --runs 200 > "$OUT/launchmodes.log" 2>&1 ;;
+    layouts)
+      timeout "$t" $PY bench/layouts.py ${LAYOUTS_ARGS:-} > "$OUT/layouts.log" 2>&1 ;;
     draws)
       timeout "$t" $PY bench/draws.py ${DRAWS_ARGS:-cost} > "$OUT/draws.log" 2>&1 ;;
     cheats)

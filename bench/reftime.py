@@ -7,9 +7,12 @@ elementwise op); the candidate is the reference's own code, so its figure must a
     python bench/reftime.py [--out DIR] [--tolerance 0.05] [--processes 5] [--timing 'KEY: VALUE, ...'] [--variants plain,sync,fresh,held,onecore,spin]
     python bench/reftime.py --plain-only launch_ops --variants plain,ctx,poison,held,refill --processes 4
 
-Exit 0 when every harness figure is within the tolerance of the plain figure (the median of --processes plain
-processes' medians, less those a disturbed device slowed: `undisturbed`; each process times every problem in
-turn); 1 otherwise. Variants of the plain
+Exit 0 when every harness figure is within the tolerance of the plain range (the lowest to the highest of
+--processes plain processes' medians, less those a disturbed device slowed: `undisturbed`; each process times
+every problem in turn), that is within the tolerance of what some plain process measured; 1 otherwise. A range,
+not one figure: plain PyTorch's launch-bound figure has two modes ~7% apart from one process to the next (H100,
+2026-12-07: 14.5-14.7 and 15.2-15.9 us over 14 processes), so a median of five processes flips between them from
+one run to the next. The ratio to the plain processes' median is printed beside. Variants of the plain
 method (for diagnosis): `sync` (a host sync between the flush and the start event), `fresh` (a new input draw
 before each call), `held` (16 input sets drawn ahead and taken in turn, each call's output
 held for 16 calls, as the harness's timed batches do), `onecore` (the process on one core, as a lane's workers
@@ -171,6 +174,11 @@ def undisturbed(medians: list[float]) -> list[float]:
     return [m for m in medians if m <= DISTURBED * min(medians)] if medians else []
 
 
+def agrees(us: float | None, low: float | None, high: float | None, tolerance: float) -> bool:
+    """Within the tolerance of the plain range [low, high]: of what some undisturbed plain process measured."""
+    return bool(us and low and high) and low * (1 - tolerance) <= us <= high * (1 + tolerance)
+
+
 def plain(paths: dict[str, Path], variant: str, runs: int, processes: int = 1) -> dict[str, dict]:
     """Each problem's plain figure, in processes of their own with the caller's environment (plus the variant's),
     each timing every problem in turn as one user's process would: the median of the undisturbed processes'
@@ -198,8 +206,8 @@ def plain(paths: dict[str, Path], variant: str, runs: int, processes: int = 1) -
     figs = {}
     for stem, m in medians.items():
         kept = sorted(undisturbed(m))
-        figs[stem] = {"median_us": kept[len(kept) // 2], "process_medians": m,
-                      "disturbed": [x for x in m if x not in kept]}
+        figs[stem] = {"median_us": kept[len(kept) // 2], "low_us": kept[0], "high_us": kept[-1],
+                      "process_medians": m, "disturbed": [x for x in m if x not in kept]}
     return figs
 
 
@@ -255,6 +263,7 @@ def main() -> int:
     for stem in PROBLEMS:
         figs = {v: by_variant[v][stem] for v in variants}
         want = figs.get("plain", {}).get("median_us")
+        low, high = (figs.get("plain", {}).get(k) for k in ("low_us", "high_us"))
         plain_medians[stem] = {k: figs.get("plain", {}).get(k) for k in ("process_medians", "disturbed")}
         entry = next((e for e in entries.values() if e["problem"] == stem and e.get("eager")), {})
         base_us = entry.get("eager", {}).get("median_us")
@@ -264,25 +273,27 @@ def main() -> int:
                    "candidate time_us": t.get("time_us")}
         for what, us in harness.items():
             ratio = us / want if us and want else None
-            good = ratio is not None and abs(ratio - 1) <= a.tolerance
+            good = agrees(us, low, high, a.tolerance)
             ok &= good
             rows.append([stem, what, f"{us:.1f}" if us else "-", f"{want:.1f}" if want else "-",
-                         f"{ratio:.3f}" if ratio else "-", "ok" if good else "OFF"])
+                         f"{low:.1f}-{high:.1f}" if low else "-", f"{ratio:.3f}" if ratio else "-",
+                         "ok" if good else "OFF"])
         for v, f in figs.items():
             if v != "plain":
-                rows.append([stem, f"plain variant {v}", f"{f.get('median_us', 0):.1f}", f"{want or 0:.1f}",
+                rows.append([stem, f"plain variant {v}", f"{f.get('median_us', 0):.1f}", f"{want or 0:.1f}", "",
                              f"{f.get('median_us', 0) / want:.3f}" if want and f.get("median_us") else "-", "info"])
         rows.append([stem, "hold before the events (cover_us, hidden_us)", f"{entry.get('cover_us', 0):.1f}",
-                     f"{(rec.get('floors') or {}).get('hidden_us') or 0:.1f}", "", "info"])
+                     f"{(rec.get('floors') or {}).get('hidden_us') or 0:.1f}", "", "", "info"])
         ok &= rec.get("status") == "correct"  # the reference's own code as the candidate is honest
-        rows.append([stem, "status", rec.get("status", "-"), ",".join(rec.get("flags") or []) or "-", "", ""])
-    print(f"reference timing vs plain PyTorch (median of {a.runs}; plain: the median of {a.processes} processes' "
-          f"medians, each process's below; tolerance {a.tolerance:.0%}); output {out}")
+        rows.append([stem, "status", rec.get("status", "-"), ",".join(rec.get("flags") or []) or "-", "", "", ""])
+    print(f"reference timing vs plain PyTorch (median of {a.runs}; plain: the range and median of {a.processes} "
+          f"processes' medians, each process's below; a figure agrees within {a.tolerance:.0%} of the range); "
+          f"output {out}")
     for stem in PROBLEMS:
         got = plain_medians.get(stem) or {}
         print(f"{stem}: plain process medians {got.get('process_medians')}; disturbed, left out (over "
               f"{DISTURBED}x the lowest): {got.get('disturbed') or 'none'}")
-    print(md_table(["problem", "figure", "us", "plain us", "ratio", ""], rows))
+    print(md_table(["problem", "figure", "us", "plain us (median)", "plain range", "ratio to median", ""], rows))
     print(f"reftime: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -12,21 +12,20 @@ STATIC_POLICIES = ("strict", "warn", "off")
 SPEEDUP_METRICS = ("time_us", "gpu_time_us")
 PRECISIONS = ("as_written", "fp32", "fp16", "bf16")  # KernelBench's `precision`: floating inputs and weights cast
 DEVICES = ("cuda", "cpu")
-STRICT_SANDBOX = ("cpu",)
+STRICT_SANDBOX = ("cpu", "cuda")
 """Devices whose candidate processes may write only to their own folder, the run's scratch, caches and device
 nodes (an allowlist), and read no file of the run's folder, results/, other runs' scratch or other processes'
 folders; each has a folder of its own and its stdout and stderr through a pipe (judge/logpump.py), and its timed
 calls' draws and output reads run with the candidate's hooks off (worker/watch.hooks_off) and its timed commands
-with the collector off (worker/watch.quiet_loop). Elsewhere they may
-write anywhere but the repo, the run's files and the reference's caches, and read anything. No GPU acceptance run
-has yet passed whole with it on CUDA: ("cpu", "cuda") switches it on there."""
+with the collector off (worker/watch.quiet_loop). On a device not named they may write anywhere but the repo,
+the run's files and the reference's caches, and read anything."""
 LOG_CAP_BYTES = 16 * 2**20
 """The most of a candidate worker's output a log keeps where the output comes through a pipe (the strict sandbox);
 the rest is counted and dropped."""
-L2_RESET_ON_DEMAND = False
-"""The worker's clock sets the persisting-L2 limit to 0 and resets persisting lines at start; False: the lines are
-reset again before every flush; True: the limit is read before every flush, and both are done again only where a
-call set it (worker/clocks.py). No GPU acceptance run has yet passed whole with True."""
+L2_RESET_ON_DEMAND = True
+"""The worker's clock sets the persisting-L2 limit to 0 and resets persisting lines at start; True: the limit is
+read before every flush, and both are done again only where a call set it; False: the lines are reset again
+before every flush, which slows a launch-bound figure ~5% for the rest of the process (worker/clocks.py)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ class TimingSettings:
     graph: bool = True
     rounds: int = 5
     speedup_quantile: float = 0.1
-    launch_behind_flush: bool = False  # True: launches queue behind the L2 flush, as users time (clocks.py)
+    launch_behind_flush: bool = True  # launches queue behind the L2 flush, as users time (clocks.py)
     launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
 
