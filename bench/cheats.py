@@ -8,7 +8,8 @@ record's whole evaluation.
     python bench/cheats.py --device cuda
 
 Ends with one line: how many cheat records were `correct` (none should be, but for the cheats the suite lists as
-caught only where a sandbox runs), and whether every honest control was correct with no integrity flag.
+caught only where a sandbox runs), and whether every honest control was correct with no integrity flag (a
+control with no kernel of its own: rejected by strict static checks for that alone).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ CONFIGS = REPO / "tests" / "configs"
 HONEST = {"cpu": [CANDIDATES / "honest" / "python_cpu.py", CANDIDATES / "honest" / "temp_files.py"],
           "cuda": [REPO / "bench" / "reference_candidate.py", REPO / "solutions" / "pack_tokens" / "fast_vec16.py"]}
 GPU_CHEATS = ["side_stream.py", "stale_device_memory.py", "pointer_cache_device.py"]
+TORCH_ONLY = {"reference_candidate"}
+"""Honest controls with no kernel of their own: strict static checks reject them (static:no_custom_kernel) by
+design, so under strict that rejection alone is their expected verdict."""
 CORRECT_OK = {"alias_input", "escaped_daemon", "read_run", "stale_device_memory"}
 """Cheats that stay correct by design where their route is closed: the alias is refused by torch before it can
 cheat, the daemon never runs, the reads find nothing, and stale memory is honest at a shape with no padding."""
@@ -40,6 +44,12 @@ def candidates(device: str) -> list[str]:
 
 def honest_names(device: str) -> set[str]:
     return {Path(h).stem for h in HONEST[device]}
+
+
+def honest_as_expected(name: str, mode: str, status: str, flags: list[str]) -> bool:
+    if name in TORCH_ONLY and mode == "strict":
+        return status == "rejected" and bool(flags) and all(f.startswith("static:no_custom_kernel") for f in flags)
+    return status == "correct" and not [f for f in flags if f not in INFO]
 
 
 def cost_row(r: dict) -> list:
@@ -71,7 +81,7 @@ def main() -> int:
             flags = r.get("flags") or []
             rows.append([r["solution"], r["shape"], mode, r["status"], r.get("speedup"), " ".join(flags) or "-"])
             if r["solution"] in honest:
-                honest_ok &= r["status"] == "correct" and not [f for f in flags if f not in INFO]
+                honest_ok &= honest_as_expected(r["solution"], mode, r["status"], flags)
                 costs.append(cost_row(r))
     print(md_table(["candidate", "shape", "static checks", "status", "speedup", "flags"], rows))
     print()

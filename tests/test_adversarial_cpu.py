@@ -59,15 +59,17 @@ def test_cheat_is_rejected_with_its_flag(adversarial, cheat, flag):
     assert r["speedup"] is None
 
 
-@pytest.mark.parametrize("cheat, flag", [
-    ("stale_memory", "uninitialized_output"),       # 4: stale memory reads as poison
-    ("gc_scan", "mismatch"),                         # 4: no reference output exists in its process
-    ("fixed_seed", "mismatch"),                      # 8: seeds come from os.urandom
+@pytest.mark.parametrize("cheat, flags", [
+    # 4: stale memory reads as poison where the host allocator hands back a released output, and as whatever
+    # the allocator gave (fresh pages are zeros) where it does not: never as the reference's answer
+    ("stale_memory", {"uninitialized_output", "mismatch"}),
+    ("gc_scan", {"mismatch"}),                         # 4: no reference output exists in its process
+    ("fixed_seed", {"mismatch"}),                      # 8: seeds come from os.urandom
 ])
-def test_cheat_is_incorrect_with_its_flag(adversarial, cheat, flag):
+def test_cheat_is_incorrect_with_its_flag(adversarial, cheat, flags):
     r = adversarial.by(cheat, "tiny")
     assert r["status"] in ("incorrect", "rejected")
-    assert flag in r["flags"]
+    assert flags & set(r["flags"]), r
 
 
 def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):

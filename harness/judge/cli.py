@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"run_eval.py: interrupted; finished records are kept{where} (--resume DIR "
                              "continues)\n")
             stopping.kill_all()
-            return stopping.EXIT
+            forkserver.stop()
+            stopping.leave(stopping.EXIT)
         finally:
             forkserver.stop()
 

@@ -41,6 +41,14 @@ def kill_all() -> None:
             pass
 
 
+def leave(code: int) -> None:
+    """Ends an interrupted run now: its lane threads may be inside native code, where the interpreter's own
+    exit can abort ("terminate called without an active exception", exit -6 for 130); every record is on disk."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 class Interrupts:
     """Installed around a command-line run, in the main thread."""
 
@@ -73,5 +81,4 @@ class Interrupts:
     def _now(self) -> None:
         kill_all()
         sys.stderr.write(f"{self.prog}: stopped\n")
-        sys.stderr.flush()
-        os._exit(EXIT)
+        leave(EXIT)
