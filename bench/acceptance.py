@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,9 @@ def main() -> int:
     a = ap.parse_args()
     start = time.monotonic()
     out = (a.out or Path(tempfile.mkdtemp(prefix="kbh-acceptance-"))).resolve()
+    if out.exists() and any(out.iterdir()):  # a run keeps the records it finds in its --out: none may be there
+        print(f"removing the earlier acceptance output in {out}", flush=True)
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="kbh-home-"))
     cache = home / "kbh-cache"

@@ -179,6 +179,20 @@ def test_resume_skips_finished_records(run_eval, tmp_path):
     assert second.run_json["seeds"]["master"] == first.run_json["seeds"]["master"]
 
 
+def test_a_run_into_a_used_out_says_which_records_it_keeps(run_eval, tmp_path):
+    """Without --resume, records already in --out are kept and not evaluated again, and the run says so on its
+    first lines and in run.json: a repeated command never passes old records off as new in silence."""
+    out = tmp_path / "run"
+    first = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny", out=out)
+    assert first.rc == 0 and len(first.records) == 1, first.stderr
+    assert not [n for n in first.run_json["notes"] if n.startswith("kept")]
+    second = run_eval(CONFIGS / "cpu_tiny.yaml", "--device", "cpu", "--solution", PY, "--shapes", "tiny", out=out)
+    assert second.rc == 0, second.stderr
+    assert second.records == first.records
+    assert "kept 1 record(s)" in second.stdout
+    assert [n for n in second.run_json["notes"] if n.startswith("kept 1 record(s)")]
+
+
 def test_resume_alone_repeats_the_command_and_keeps_earlier_logs(run_eval, tmp_path):
     """An interrupted run (here: its last record removed) continues from --resume DIR alone, with its own
     candidates, shapes and seeds; what its earlier pass wrote (records, logs) is neither flagged nor moved."""

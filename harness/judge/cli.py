@@ -21,6 +21,7 @@ from . import baseline, forkserver, isolation, report, stopping
 from .builds import default_jobs
 from .config import load_config
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes, work_root
+from .records import read_records
 from .verdict import Status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages once installed
@@ -152,6 +153,11 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"--out {out_dir}: cannot create it: {e.strerror or e}") from None
+    kept = len(read_records(out_dir / "results.jsonl"))
+    if kept and not args.resume:
+        notes.append(f"kept {kept} record(s) already in {out_dir / 'results.jsonl'}: those candidates and shapes "
+                     "are not evaluated again (another --out evaluates them afresh)")
+        console.print(f"[yellow]{notes[-1]}[/]")
     default_cache = os.environ.get("KBH_CACHE", work_root() / ".cache" / "kbh")
     cache_dir = Path(args.cache).resolve() if args.cache else Path(default_cache)
     if args.isolate:
