@@ -183,8 +183,9 @@ def agrees(us: float | None, low: float | None, high: float | None, tolerance: f
 
 def plain(paths: dict[str, Path], variant: str, runs: int, processes: int = 1) -> dict[str, dict]:
     """Each problem's plain figure, in processes of their own with the caller's environment (plus the variant's),
-    each timing every problem in turn as one user's process would: the median of the undisturbed processes'
-    medians. More processes run, up to twice as many, until every problem has min(3, processes) undisturbed."""
+    each timing every problem in turn as one user's process would: the range of the undisturbed processes'
+    medians, and their median. More processes run, up to twice as many, until every problem has min(3, processes)
+    undisturbed."""
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     if "cublas" in variant:
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -230,7 +231,7 @@ def main() -> int:
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--processes", type=int, default=7, help="plain processes, each timing every problem in turn "
-                    "(the plain method's figure: the median of their medians)")
+                    "(the plain method's figure: the range of their medians, and its median)")
     ap.add_argument("--timing", default="", help="more timing settings for the harness, flow style: "
                     "'min_runs: 100, warmup_ms: 50'")
     ap.add_argument("--variants", default="plain", help="comma-separated: plain, sync, fresh, held, refill, onecore, "
