@@ -36,6 +36,13 @@ def _verdicts(out) -> list[tuple]:
     return sorted((r["solution"], r["shape"], r["status"], tuple(judged(r))) for r in map(json.loads, lines))
 
 
+def _unexpected(out) -> list[tuple]:
+    """What an assertion on verdicts shows: every record but the expected ones, with its flags and message."""
+    lines = (out / "results.jsonl").read_text().splitlines()
+    return [(r["solution"], r["status"], r["flags"], r["message"]) for r in map(json.loads, lines)
+            if (r["status"], r["solution"]) != ("incorrect", "wrong") and r["status"] != "correct"]
+
+
 def _candidates(tmp_path, n: int) -> list[str]:
     """n honest candidates under names of their own, and the wrong one."""
     folder = tmp_path / "cands"
@@ -60,7 +67,7 @@ def test_a_cluster_run_gives_the_local_verdicts_with_where_each_ran(cluster, bui
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr
     assert _verdicts(tmp_path / "ray") == _verdicts(tmp_path / "local")
-    assert [v[2] for v in _verdicts(tmp_path / "ray")] == ["correct", "correct", "incorrect"]
+    assert [v[2] for v in _verdicts(tmp_path / "ray")] == ["correct", "correct", "incorrect"], _unexpected(tmp_path / "ray")
     records = [json.loads(x) for x in (tmp_path / "ray" / "results.jsonl").read_text().splitlines()]
     assert all(r["node"] for r in records) and {r["lane"] for r in records} <= {0, 1}
     assert {r["solution_path"] for r in records} == set(cands)
@@ -88,7 +95,7 @@ def test_a_node_lost_mid_run_loses_no_record_and_duplicates_none(cluster, build_
     assert not _harness_processes()
     verdicts = _verdicts(out)
     assert [(v[0], v[1]) for v in verdicts] == sorted((os.path.basename(p)[:-3], "small") for p in cands)
-    assert [v[2] for v in verdicts] == ["correct"] * 5 + ["incorrect"]
+    assert [v[2] for v in verdicts] == ["correct"] * 5 + ["incorrect"], _unexpected(out)
     resumed = subprocess.run(_cmd(build_cache, out, cands, "--cluster", f"ray:{c.address}", "--resume", str(out)),
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr

@@ -6,8 +6,9 @@ and every verdict is decided there by the same code as a local run's, the candid
 worker processes that actor starts. Reference and candidate are timed on that actor's GPU, so no speedup compares
 times across GPU models. Builds are Ray tasks on CPUs, keyed by content (the build cache's own keys cover source,
 GPU architecture, compilers, torch and Python); the extensions a build made travel through the object store to
-any lane whose environment has the same key. The driver hands each lane up to DEPTH candidates, re-queues the
-candidates a lost lane held, and writes every record once, with the node and GPU it ran on.
+any lane whose environment has the same key. The driver (schedule.dispatch, over `RayLanes`) hands each lane up
+to DEPTH candidates, re-queues the candidates a lost lane held, and writes every record once, with the node and
+GPU it ran on.
 """
 
 from __future__ import annotations
@@ -31,18 +32,11 @@ from .buildcache import memo_lookup
 from .builds import build_env, read_candidate
 from .cluster_builds import REPO, build_task, node_cache, source_memo_key, unpack_build
 from .plan import Plan
-from .records import Record, RecordWriter, read_records, safe_name, write_run_json
-from .schedule import Scheduler
-from .verdict import Status
+from .records import Record, RecordWriter, read_records, write_run_json
+from .schedule import DEPTH, Candidate, Evaluated, LaneStartError, dispatch, failed_records
 
-ATTEMPTS = 3  # lanes a candidate is handed to before its records say the cluster could not evaluate it
-DEPTH = 2  # candidates a lane holds at once while enough wait (schedule.Scheduler)
 LOG_BYTES = 1 << 20  # the end of a candidate's log that comes back from its lane
 _CONNECTED: dict[str, str] = {}
-
-
-class LaneStartError(RuntimeError):
-    """A lane's reference or pipeline failed to start: the cluster is misconfigured, and the run ends."""
 
 
 def _ray():
@@ -97,6 +91,7 @@ class Lane:
         self.gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
         self.runs = 0
         self.thread: threading.Thread | None = None
+        self.ended = False
         self.begin(plan)
 
     def begin(self, plan: Plan) -> None:
@@ -105,12 +100,14 @@ class Lane:
 
         self.end()
         self.runs += 1
+        self.ended = False
         self.plan = replace(plan, solutions=(), out_dir=self.tmp / f"run{self.runs}",
                             cache_dir=node_cache(plan.cache_dir),
                             lanes=(self.gpu,) if plan.device == "cuda" else ("cpu",), notes=(), profile=False)
         self.plan.out_dir.mkdir(parents=True)
         self.feed: queue.Queue = queue.Queue()
-        self.done: dict[str, queue.Queue] = {}
+        self.boxes: dict[str, queue.Queue] = {}
+        self.lock = threading.Lock()
         self.runner = Runner(self.plan, Console(quiet=True), REPO, feed=self.feed, on_record=self._record)
         self.error: list[str] = []
         self.fed = 0
@@ -118,21 +115,30 @@ class Lane:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def _box(self, name: str) -> queue.Queue:
+        with self.lock:
+            return self.boxes.setdefault(name, queue.Queue())
+
     def _record(self, rec: Record) -> None:
-        self.done.setdefault(rec.solution, queue.Queue()).put(rec)
+        self._box(rec.solution).put(rec)
 
     def _run(self) -> None:
+        """The lane's run; once it ends, every candidate still waiting is told (None in its box)."""
         try:
             self.runner.run()
         except BaseException as e:  # noqa: BLE001  (reported to the driver by evaluate)
             self.error.append(f"{type(e).__name__}: {e}")
+        finally:
+            with self.lock:
+                self.ended = True
+                for box in self.boxes.values():
+                    box.put(None)
 
-    def _check(self) -> None:
-        if self.error or not self.thread.is_alive():
-            why = "; ".join(self.error) or "no error reported"
-            if 0 not in self.runner.lane_info:
-                raise LaneStartError(f"lane failed to start: {why}")
-            raise RuntimeError(f"lane's run ended: {why}")
+    def _raise_ended(self) -> None:
+        why = "; ".join(self.error) or "no error reported"
+        if 0 not in self.runner.lane_info:
+            raise LaneStartError(f"lane failed to start: {why}")
+        raise RuntimeError(f"lane's run ended: {why}")
 
     def info(self, started: bool = False) -> dict:
         """Where this lane runs and what a build for it must match: at once where nvidia-smi gives the GPU
@@ -145,7 +151,8 @@ class Lane:
 
         arch = gpu_arch_hint() if self.plan.device == "cuda" else None
         while (started or (self.plan.device == "cuda" and not arch)) and 0 not in self.runner.lane_info:
-            self._check()
+            if not self.thread.is_alive():
+                self._raise_ended()
             time.sleep(0.02)
         lane = self.runner.lane_info.get(0, {})
         self.arch = lane.get("capability") or arch
@@ -153,10 +160,9 @@ class Lane:
                 "gpu": lane.get("gpu"), "arch": self.arch, "toolchain": self.runner.toolchain,
                 "torch": torch.__version__}
 
-    def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> dict:
-        """One candidate's records at `shapes`, as results.jsonl holds them, and the end of its log (LOG_BYTES).
-        build: [a build task's reference]; where that build failed or its node is gone, the lane builds the
-        candidate itself."""
+    def evaluate(self, name: str, source: str, shapes: list[str], build: list) -> Evaluated:
+        """One candidate's records at `shapes`, and the end of its log (LOG_BYTES). build: [a build task's
+        reference]; where that build failed or its node is gone, the lane builds the candidate itself."""
         import ray
 
         env = build_env(self.arch, self.runner.toolchain, self.tmp)
@@ -171,20 +177,23 @@ class Lane:
         path = self.tmp / f"candidates{self.runs}" / str(self.fed) / f"{Path(name).name}.py"
         path.parent.mkdir(parents=True)
         path.write_text(source)
-        box = self.done.setdefault(name, queue.Queue())
+        box = self._box(name)
+        with self.lock:
+            if self.ended:
+                self._raise_ended()
         self.feed.put((name, str(path), shapes))
         mine: list[Record] = []
         while len(mine) < len(shapes):
-            try:
-                mine.append(box.get(timeout=0.5))
-            except queue.Empty:
-                self._check()
+            rec = box.get()
+            if rec is None:
+                self._raise_ended()
+            mine.append(rec)
         log = b""
         with contextlib.suppress(OSError, TypeError):
             with open(mine[0].log, "rb") as f:
                 f.seek(max(f.seek(0, os.SEEK_END) - LOG_BYTES, 0))
                 log = f.read()
-        return {"records": [r.to_json() for r in mine], "log": log}
+        return Evaluated(mine, log)
 
     def end(self) -> dict:
         """The open run ended: its reference and workers stopped, its folder removed; the fork server stays.
@@ -232,17 +241,44 @@ def _close(ray, actor) -> None:
         ray.kill(actor, no_restart=True)
 
 
-def _lost(ray, e: BaseException) -> bool:
-    return isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError))
+class RayLanes:
+    """schedule.Lanes over Ray: lanes are actors, evaluations ObjectRefs. Builds are Ray tasks, one per content
+    and lane environment (a lane of that environment reuses it), started for every candidate at once."""
 
+    def __init__(self, ray, plan: Plan, infos: dict):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-LOST = "the cluster could not evaluate it: "
+        self.ray, self.plan, self.infos, self.affinity = ray, plan, infos, NodeAffinitySchedulingStrategy
+        self.builds: dict[tuple, object] = {}
+        self.build_remote = ray.remote(num_cpus=1, max_retries=2)(build_task)
 
+    def build(self, actor, cand: Candidate):
+        info = self.infos[actor]
+        key = (cand.source, info["arch"], info["toolchain"], info["torch"])
+        if key not in self.builds:
+            self.builds[key] = self.build_remote.options(scheduling_strategy=self.affinity(info["node_id"], soft=True)
+                                                         ).remote(self.plan, cand.name, cand.source, info["arch"],
+                                                                  info["toolchain"])
+        return self.builds[key]
 
-def _failed_records(plan: Plan, name: str, path: Path, shapes: list[str], message: str) -> list[Record]:
-    return [Record(solution=name, problem=plan.problem.name, shape=s, status=Status.RUNTIME_ERROR,
-                   message=message[:2000], solution_path=str(path))
-            for s in shapes]
+    def submit(self, actor, cand: Candidate, shapes: list[str]):
+        build = [self.build(actor, cand)]  # in a list: the lane waits for it, not Ray
+        return actor.evaluate.remote(cand.name, cand.source, shapes, build)
+
+    def wait(self, handles: list):
+        [ref], _ = self.ray.wait(handles, num_returns=1)
+        return ref
+
+    def result(self, handle) -> Evaluated:
+        return self.ray.get(handle)
+
+    def node(self, actor) -> str:
+        return self.infos[actor]["node"]
+
+    def drop(self, actor, error: BaseException) -> str:
+        self.ray.kill(actor, no_restart=True)
+        exc = self.ray.exceptions
+        return "lost" if isinstance(error, (exc.RayActorError, exc.ActorUnavailableError)) else "failed"
 
 
 def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
@@ -252,8 +288,6 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
     runs (an Evaluator's, a suite's): its live lanes begin this run and stay up after it (LanePool.release ends
     them), and lanes started for it join it."""
     ray = _ray()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     if plan.build_only or plan.reference_only:
         raise UsageError("--cluster: --build-only and --reference-only run on one host")
     address = connect(spec, repo_root, logical_gpus=len(plan.lanes) if plan.device == "cpu" else 0)
@@ -267,16 +301,17 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
     done = {(r.solution, r.shape) for r in existing}
     writer = RecordWriter(out / "results.jsonl", existing)
     todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
-    items = []
+    cands = []
     for name, path in plan.solutions:
         if not todo[name]:
             continue
         text, error = read_candidate(path)
+        cand = Candidate(name, Path(path), text or "")
         if error:
-            for rec in _failed_records(plan, name, path, todo[name], error):
+            for rec in failed_records(plan.problem.name, cand, todo[name], error):
                 writer.write(rec)
         else:
-            items.append((name, path, text))
+            cands.append(cand)
     actor_cls = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0, max_concurrency=DEPTH + 1)(Lane)
     actors = []
     for a in list(pool.actors if pool else []):
@@ -289,66 +324,26 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
     actors += [actor_cls.remote(plan) for _ in range(gpus - len(actors))]
     if pool is not None:
         pool.actors[:] = actors
-    lane_of = {a: i for i, a in enumerate(actors)}
     try:
         infos = dict(zip(actors, ray.get([a.info.remote() for a in actors])))
     except Exception as e:  # noqa: BLE001
         _kill_all(ray, actors)
         raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
     _write_run_json(plan, address, infos, complete=False)
-    console.print(f"run {plan.run_id}: {len(items)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
+    console.print(f"run {plan.run_id}: {len(cands)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
                   f"lane(s) of the Ray cluster ({address}), seeds committed ({plan.seed_commitment[:12]}), "
                   f"output {out}")
-    builds: dict[tuple, object] = {}
-    build_remote = ray.remote(num_cpus=1, max_retries=2)(build_task)
-
-    def build_for(info: dict, name: str, source: str):
-        key = (source, info["arch"], info["toolchain"], info["torch"])
-        if key not in builds:  # once per content and environment; any lane of that environment reuses it
-            strategy = NodeAffinitySchedulingStrategy(info["node_id"], soft=True)
-            builds[key] = build_remote.options(scheduling_strategy=strategy).remote(
-                plan, name, source, info["arch"], info["toolchain"])
-        return builds[key]
-
-    for name, _, source in items:  # every build starts at once; lanes take candidates as they are built
-        build_for(infos[actors[0]], name, source)
-    sched = Scheduler(actors, items, DEPTH, ATTEMPTS)
-
-    def submit(actor, item):
-        name, _, source = item
-        build = [build_for(infos[actor], name, source)]  # in a list: the lane waits for it, not Ray
-        return actor.evaluate.remote(name, source, todo[name], build)
-
+    lanes = RayLanes(ray, plan, infos)
+    for cand in cands:  # every build starts at once; lanes take candidates as they are built
+        lanes.build(actors[0], cand)
     try:
-        while True:
-            sched.hand_out(submit)
-            if not sched.running:
-                break
-            [ref], _ = ray.wait(list(sched.running), num_returns=1)
-            actor, item = sched.finished(ref)
-            name, path, _ = item
-            try:
-                recs = ray.get(ref)
-            except LaneStartError as e:
-                _kill_all(ray, actors)
-                raise RuntimeError(f"a cluster lane on {infos[actor]['node']} failed to start: {e}") from None
-            except Exception as e:  # noqa: BLE001  (a lost lane re-queues; any other failure retries elsewhere)
-                console.print(f"[yellow]lane on {infos[actor]['node']} {'lost' if _lost(ray, e) else 'failed'}:[/] "
-                              f"{type(e).__name__}; its candidates go to another lane")
-                ray.kill(actor, no_restart=True)
-                for (n, p, _), why in sched.lost(actor, item):
-                    for rec in _failed_records(plan, n, p, todo[n], LOST + (why or f"{type(e).__name__}: {e}")):
-                        writer.write(rec)
-                continue
-            where, log = infos[actor], out / "logs" / f"{safe_name(name)}.log"
-            log.parent.mkdir(exist_ok=True)
-            log.write_bytes(recs["log"])
-            for d in recs["records"]:
-                d.update(solution_path=str(path), node=where["node"], lane=lane_of[actor], log=str(log))
-                writer.write(Record.from_json(d))
+        dispatch(lanes, actors, cands, todo, writer, out, plan.problem.name, console.print)
         for a in actors:  # with the GPU's name, now that each reference is up
             with contextlib.suppress(Exception):
                 infos[a] = ray.get(a.info.remote(started=True), timeout=60)
+    except RuntimeError:
+        _kill_all(ray, actors)
+        raise
     finally:
         for a in actors:
             if pool is None:
