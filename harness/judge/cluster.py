@@ -91,7 +91,6 @@ class Lane:
         self.gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]  # Ray's choice, for the workers too
         self.runs = 0
         self.thread: threading.Thread | None = None
-        self.ended = False
         self.begin(plan)
 
     def begin(self, plan: Plan) -> None:
