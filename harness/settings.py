@@ -85,6 +85,12 @@ class TimingSettings:
     launch_behind_flush: bool = True  # launches queue behind the L2 flush, as users time (clocks.py)
     launch_cover: float = 2.0  # ... and the device is held that many times the reference's launch time (reference.py)
 
+    def loop(self) -> LoopSettings:
+        """The worker's loop for these settings (its rounds and the reference's take shares of it)."""
+        return LoopSettings(warmup_ms=self.warmup_ms, min_runs=self.min_runs, max_runs=self.max_runs,
+                            budget_s=self.budget_s, target_rse=self.target_rse, quantile=self.speedup_quantile,
+                            behind_flush=self.launch_behind_flush)
+
 
 @dataclass(frozen=True)
 class BuildSettings:
@@ -123,12 +129,12 @@ class LoopSettings:
     """One timing loop in a worker: warm up for warmup_ms, then sample until the relative standard error of
     the samples' `quantile` is under target_rse (after min_runs), the budget is spent or max_runs reached."""
 
-    warmup_ms: float = 25.0
-    min_runs: int = 20
-    max_runs: int = 2000
-    budget_s: float = 2.0
-    target_rse: float = 0.005
-    quantile: float = 0.1
+    warmup_ms: float = TimingSettings.warmup_ms
+    min_runs: int = TimingSettings.min_runs
+    max_runs: int = TimingSettings.max_runs
+    budget_s: float = TimingSettings.budget_s
+    target_rse: float = TimingSettings.target_rse
+    quantile: float = TimingSettings.speedup_quantile
     behind_flush: bool = False
     cover_us: float = 0.0  # with behind_flush: the device held at least this long before the start event
 

@@ -44,6 +44,7 @@ def adversarial(run_eval):
     ("rewrite_stack", "timed_output_mismatch"),     # 12: the judge's clock answered without calling the model
     ("rewrite_gc", "timer_mismatch"),               # 12: replies rewritten on their way to the socket
     ("rewrite_globals", "timer_mismatch"),          # 12: the worker's json module swapped
+    ("garbled_fingerprints", "timed_output_mismatch"),  # 12: replies' fingerprints that do not decode
     ("gc_fill", "patched_runtime"),                 # 17: a collector callback finishes the call after the clock
     ("audit_fill", "patched_runtime"),              # 17: an audit hook, woken by the harness's hooks going off
     ("signal_fill", "patched_runtime"),             # 17: a timer's handler, run between the harness's steps

@@ -74,6 +74,22 @@ def test_api_options_are_checked_like_the_flags(options, needle):
         harness.evaluate(CONFIGS / "cpu_vadd.yaml", [str(HONEST)], **options)
 
 
+@pytest.mark.parametrize("option, value", [("device", "tpu"), ("seeds", "many"), ("seed", True), ("jobs", "2x"),
+                                           ("static_checks", "some"), ("precision", "fp8")])
+def test_a_bad_option_reads_the_same_from_the_api_and_the_command_line(option, value):
+    import subprocess
+    import sys
+
+    flag = "--" + option.replace("_", "-")
+    cli = subprocess.run([sys.executable, str(REPO / "run_eval.py"), str(CONFIGS / "cpu_vadd.yaml"), flag,
+                          str(value)], capture_output=True, text=True, timeout=120)
+    with pytest.raises(UsageError) as api:
+        harness.Evaluator(**{option: value})
+    if value is not True:  # a flag's text cannot be a bool: only the API can be given one
+        assert cli.returncode == 2 and cli.stderr.strip() == f"run_eval.py: error: {api.value}"
+    assert flag in str(api.value)
+
+
 def test_api_records_name_no_file_that_is_gone(build_cache, tmp_path):
     """Without out=, the run's folder is removed when the call returns: no record points into it."""
     [r] = harness.evaluate(CONFIGS / "cpu_vadd.yaml", {"text": HONEST.read_text()}, device="cpu", seed=4,

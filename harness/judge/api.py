@@ -11,11 +11,8 @@ from rich.console import Console
 
 from ..errors import UsageError
 from . import forkserver
-from .cli import REPO_ROOT, build_parser, make_plan
-
-OPTIONS = ("shapes", "seeds", "seed", "static_checks", "jobs", "gpus", "cache", "out", "isolate", "profile",
-           "baseline", "precision", "cluster")
-"""Keyword options, named as the command line's flags (--static-checks is static_checks)."""
+from .cli import REPO_ROOT, make_plan
+from .options import RunOptions
 
 
 def _as_file(item: str | Path, folder: Path, stem: str) -> Path:
@@ -26,20 +23,6 @@ def _as_file(item: str | Path, folder: Path, stem: str) -> Path:
     path = folder / f"{stem}.py"
     path.write_text(item)
     return path
-
-
-def _flags(options: dict) -> list[str]:
-    """Options as the command line's flags: True is a bare flag, a list one value each, None and False absent."""
-    argv = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, *map(str, value)]
-        elif value is not None and value is not False:
-            argv += [flag, str(value)]
-    return argv
 
 
 def _outside(value, folder: str):
@@ -60,19 +43,11 @@ class Evaluator:
     call. close(), or leaving a with block, stops every process and actor it started."""
 
     def __init__(self, *, device: str | None = None, quiet: bool = True, **options):
-        self.defaults = self._checked(dict(options, device=device))
+        self.defaults = RunOptions.from_keywords(dict(options, device=device))
         self.console = Console(quiet=quiet, highlight=False)
         self._lock = threading.Lock()
         self._known: dict = {}  # baseline entries of the references this Evaluator timed
         self._lanes = None  # with cluster=: its lane actors, kept between calls (cluster.LanePool)
-
-    @staticmethod
-    def _checked(options: dict) -> dict:
-        unknown = set(options) - {*OPTIONS, "device"}
-        if unknown:
-            raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}; known: device, {', '.join(OPTIONS)}")
-        build_parser(raising=True).parse_args(["problem.py", *_flags(options)])  # values as the flags check them
-        return options
 
     def evaluate(self, problem: str | Path, candidates, **options) -> list[dict]:
         """Records of each candidate at each shape, in that order, as results.jsonl holds them. `problem` is a YAML
@@ -80,7 +55,8 @@ class Evaluator:
         mapping of names to either. Bad input, options included, raises harness.errors.UsageError with the
         command line's one-line message. Without `out`, the run's folder is temporary and records name no file
         in it (log, times_file: None)."""
-        opts = {**self.defaults, **self._checked(options)}
+        given = RunOptions.from_keywords(options)
+        opts = replace(self.defaults, **{k: getattr(given, k) for k in options})
         with self._lock, tempfile.TemporaryDirectory(prefix="kbh-api-") as tmp:
             src = Path(tmp) / "src"
             named = list(candidates.items() if isinstance(candidates, dict) else (
@@ -88,10 +64,9 @@ class Evaluator:
             for name, _ in named:
                 if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(name)):
                     raise UsageError(f"candidate name {name!r}: expected letters, digits, '_', '.' and '-'")
-            opts["out"] = str(opts.get("out") or Path(tmp) / "out")
-            args = build_parser(raising=True).parse_args([
-                str(_as_file(problem, src / "problem", "problem")), *_flags(opts),
-                "--solution", *[str(_as_file(c, src / "candidates", name)) for name, c in named]])
+            args = replace(opts, out=str(opts.out or Path(tmp) / "out"),
+                           config=str(_as_file(problem, src / "problem", "problem")),
+                           solution=tuple(str(_as_file(c, src / "candidates", name)) for name, c in named))
             server = forkserver.current()
             if not (args.isolate or args.cluster) and (server is None or server.status not in ("starting", "ready")):
                 forkserver.start(REPO_ROOT)

@@ -7,7 +7,7 @@ import os
 import secrets
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -16,75 +16,16 @@ from .. import sandbox
 from ..errors import UsageError
 from ..problem import read_problem, validate
 from ..seeds import MAX_SEED, fresh_master_seed
-from ..settings import PRECISIONS, STATIC_POLICIES, Config
+from ..settings import Config
 from . import baseline, forkserver, isolation, report, stopping
 from .builds import default_jobs
 from .config import load_config
+from .options import RunOptions, parse
 from .plan import Plan, expand_solutions, name_solutions, parse_lanes, select_shapes, work_root
 from .records import read_records
 from .verdict import Status
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages once installed
-
-
-class _Parser(argparse.ArgumentParser):
-    raising = False  # the Python API's parser: UsageError, not an exit
-
-    def error(self, message: str):
-        if self.raising:
-            raise UsageError(message)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(2)
-
-
-def build_parser(raising: bool = False) -> argparse.ArgumentParser:
-    p = _Parser(prog="run_eval.py", description="Build, check and time kernel candidates against a reference "
-                "PyTorch Model, and write a speedup table under results/.")
-    p.raising = raising
-    p.add_argument("config", nargs="?", help="YAML run config (e.g. configs/pack_tokens.yaml), or a KernelBench "
-                   "problem file (its get_inputs() as written is the one shape, default settings)")
-    p.add_argument("--problems", metavar="DIR|GLOB", help="a suite: every KernelBench problem file there (instead "
-                   "of CONFIG), each with the candidates in --solutions DIR/<problem file's stem>/*.py")
-    p.add_argument("--solutions", metavar="DIR", help="with --problems: the candidates' folder")
-    p.add_argument("--suite", metavar="FILE", help="with --problems: YAML of settings for every problem "
-                   "(`defaults`) and per problem (`problems: {stem: ...}`), keyed as in a run config")
-    p.add_argument("--solution", nargs="+", action="extend", metavar="FILE", help="candidate files, folders "
-                   "(their *.py) or globs; default: the config's solutions for the device")
-    p.add_argument("--device", choices=("cuda", "cpu"),
-                   help="where to run; default: cuda when a GPU is visible, else cpu (C++ candidates)")
-    p.add_argument("--shapes", nargs="+", metavar="NAME", help="run only these shapes of the config")
-    p.add_argument("--seeds", type=int, metavar="N",
-                   help="correctness seeds per shape (default: the config's, 5)")
-    p.add_argument("--seed", type=int, metavar="S", help="master seed, to reproduce a run; default: fresh "
-                   "from os.urandom, recorded in run.json")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: results/<run-id>)")
-    p.add_argument("--strict", action="store_true", help="exit 1 when any record is not correct")
-    p.add_argument("--static-checks", choices=STATIC_POLICIES,
-                   help="strict rejects on a finding, warn only flags, off skips (default: the config's)")
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel builds (default: from cores and memory)")
-    p.add_argument("--gpus", metavar="N|LIST",
-                   help="evaluation lanes: a count, or device indices like 0,1 (0,0 = two lanes on GPU 0)")
-    p.add_argument("--resume", metavar="DIR",
-                   help="continue an interrupted run in DIR, skipping finished records; alone, with the command "
-                   "its run.json names")
-    p.add_argument("--cache", metavar="DIR", help="build cache folder (default: .cache/kbh, or $KBH_CACHE)")
-    p.add_argument("--isolate", action="store_true", help="run the workers that import candidates (builds, "
-                   "evaluations) as users of their own, so the build cache and the run's files are read-only "
-                   "to candidate code (the judge must be root)")
-    p.add_argument("--build-only", action="store_true",
-                   help="build every candidate into the cache (in parallel) and stop: no checks, no timing")
-    p.add_argument("--precision", choices=PRECISIONS, help="cast every floating input and the models' weights "
-                   "to fp32, fp16 or bf16, as KernelBench's precision option (default: the config's check.precision)")
-    p.add_argument("--reference-only", action="store_true", help="time the references only (eager, torch.compile, "
-                   "graph replay) and write them to OUT/baseline.json, for --baseline")
-    p.add_argument("--baseline", metavar="FILE", help="a --reference-only run's baseline.json: torch.compile's "
-                   "figures come from it (refused if timed on another GPU, driver, torch or CUDA)")
-    p.add_argument("--cluster", metavar="ray[:ADDRESS]", help="evaluate on a Ray cluster, a lane per GPU: "
-                   "RAY_ADDRESS's, else a running local one, else a new local instance; ray:ADDRESS names one "
-                   "(pip install '.[ray]')")
-    p.add_argument("--profile", action="store_true", help="records and run.json also say where the wall time "
-                   "went (stages, worker starts, timeline)")
-    return p
 
 
 def _cuda_visible() -> bool:
@@ -96,9 +37,9 @@ def _cuda_visible() -> bool:
         return False
 
 
-def make_plan(args: argparse.Namespace, console: Console, config: Config | None = None) -> Plan:
+def make_plan(args: RunOptions, console: Console, config: Config | None = None) -> Plan:
     config = config or load_config(args.config)
-    if getattr(args, "precision", None):
+    if args.precision:
         config = replace(config, check=replace(config.check, precision=args.precision))
     notes = []
     device = args.device
@@ -169,10 +110,10 @@ def make_plan(args: argparse.Namespace, console: Console, config: Config | None 
                 out_dir=out_dir.resolve(), cache_dir=cache_dir, run_id=run_id, notes=tuple(notes),
                 build_only=args.build_only, isolate=args.isolate, profile=args.profile,
                 reference_only=args.reference_only, baseline=baseline.load(args.baseline, device) if args.baseline
-                else None, baseline_out=Path(getattr(args, "baseline_out", None) or out_dir / "baseline.json"))
+                else None, baseline_out=Path(args.baseline_out or out_dir / "baseline.json"))
 
 
-def resume_command(args: argparse.Namespace) -> None:
+def resume_command(args: RunOptions) -> RunOptions:
     """`--resume DIR` alone: the run's own command from its run.json; flags given again take precedence."""
     try:
         command = json.loads((Path(args.resume) / "run.json").read_text())["command"]
@@ -181,9 +122,9 @@ def resume_command(args: argparse.Namespace) -> None:
     if not isinstance(command, dict) or not command.get("config"):
         raise UsageError(f"--resume {args.resume}: no run.json there that names its command (give the CONFIG "
                          "again; a suite continues with the same --problems, --solutions and --out)")
-    for key, value in command.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
+    given = RunOptions.from_namespace(argparse.Namespace(**command))
+    return replace(args, **{f.name: getattr(given, f.name) for f in fields(RunOptions)
+                            if f.name in command and getattr(args, f.name) is None})
 
 
 HARNESS_ERROR_EXIT = 3
@@ -202,15 +143,20 @@ def exit_code(records, strict: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Workers and builds are forks of one fork server, started first so its imports overlap the judge's;
     --isolate and --build-only runs (whose builds start at once, not after its imports) start fresh ones."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = parse(argv)
+    except UsageError as e:
+        sys.stderr.write(f"run_eval.py: error: {e}\n")
+        return 2
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    out = [args.resume or args.out]  # the run's folder, once known: where an interrupted run's records are
     with stopping.Interrupts():
         try:
             if not (args.build_only or args.isolate or args.cluster):
                 forkserver.start(REPO_ROOT)
-            return _run(args, console)
+            return _run(args, console, out)
         except KeyboardInterrupt:
-            where = f" in {args.resume or args.out}" if (args.resume or args.out) else " in its results folder"
+            where = f" in {out[0]}" if out[0] else " in its results folder"
             sys.stderr.write(f"run_eval.py: interrupted; finished records are kept{where} (--resume DIR "
                              "continues)\n")
             stopping.kill_all()
@@ -220,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             forkserver.stop()
 
 
-def _run(args: argparse.Namespace, console: Console) -> int:
+def _run(args: RunOptions, console: Console, out: list) -> int:
     try:
         if args.resume and args.config is None and args.problems is None:
-            resume_command(args)
+            args = resume_command(args)
         if (args.config is None) == (args.problems is None):
             raise UsageError("give a CONFIG or --problems DIR|GLOB (a suite), not both")
         if args.problems is not None:
@@ -246,7 +192,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                   "write sandbox: "
                   + (f"Landlock ABI {abi}" if abi else "[yellow]none (no Landlock on this kernel: the guard restores "
                      "changes instead)[/]"))
-    args.out = str(plan.out_dir)
+    out[0] = str(plan.out_dir)
     try:
         if args.cluster:
             from .cluster import run_cluster

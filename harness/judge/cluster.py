@@ -27,13 +27,13 @@ from pathlib import Path
 from rich.console import Console
 
 from ..errors import UsageError
-from . import report
 from .buildcache import memo_lookup
 from .builds import build_env, read_candidate
 from .cluster_builds import REPO, build_task, node_cache, source_memo_key, unpack_build
 from .plan import Plan
-from .records import Record, RecordWriter, read_records, write_run_json
+from .records import Record
 from .schedule import DEPTH, Candidate, Evaluated, LaneStartError, dispatch, failed_records
+from .workspace import RunFolder
 
 LOG_BYTES = 1 << 20  # the end of a candidate's log that comes back from its lane
 _CONNECTED: dict[str, str] = {}
@@ -294,12 +294,9 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
     if gpus < 1:
         raise UsageError(f"--cluster {spec}: the Ray cluster ({address}) has no GPU; a CPU run needs logical "
                          "GPUs (ray start --num-gpus N)")
-    out = plan.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    existing = read_records(out / "results.jsonl")
-    done = {(r.solution, r.shape) for r in existing}
-    writer = RecordWriter(out / "results.jsonl", existing)
-    todo = {name: [s.name for s in plan.shapes if (name, s.name) not in done] for name, _ in plan.solutions}
+    folder = RunFolder(plan)
+    out, writer = folder.out, folder.writer
+    todo = {name: [s.name for s in folder.todo(name)] for name, _ in plan.solutions}
     cands = []
     for name, path in plan.solutions:
         if not todo[name]:
@@ -328,7 +325,7 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
     except Exception as e:  # noqa: BLE001
         _kill_all(ray, actors)
         raise RuntimeError(f"a cluster lane failed to start: {type(e).__name__}: {str(e)[:500]}") from None
-    _write_run_json(plan, address, infos, complete=False)
+    _write_run_json(folder, address, infos, final=False)
     console.print(f"run {plan.run_id}: {len(cands)} solution(s) x {len(plan.shapes)} shape(s) on {len(actors)} "
                   f"lane(s) of the Ray cluster ({address}), seeds committed ({plan.seed_commitment[:12]}), "
                   f"output {out}")
@@ -353,13 +350,8 @@ def run_cluster(plan: Plan, console: Console, repo_root: Path, spec: str,
             except Exception:  # noqa: BLE001  (a lane that cannot end its run is killed)
                 ray.kill(a, no_restart=True)
                 pool.actors.remove(a)
-    _write_run_json(plan, address, infos, complete=True)
-    records = writer.records
-    name = next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU"
-    note = report.caption(plan.device, name, plan.config.timing.speedup_metric, plan.config.timing.speedup_quantile)
-    report.write_files(records, out, note)
-    report.print_table(records, console, f"{plan.problem.name}: {len(records)} records")
-    return records
+    _write_run_json(folder, address, infos, final=True)
+    return folder.report(console, next((i["gpu"] for i in infos.values() if i["gpu"]), None) or "CPU")
 
 
 def _kill_all(ray, actors: list) -> None:
@@ -367,10 +359,6 @@ def _kill_all(ray, actors: list) -> None:
         ray.kill(a, no_restart=True)
 
 
-def _write_run_json(plan: Plan, address: str, infos: dict, complete: bool) -> None:
-    data = {"run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "cluster": address,
-            "lanes": [{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()],
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(reveal=complete), "command": plan.command_json(),
-            "static_checks": plan.static_policy,
-            "cache_dir": str(plan.cache_dir), "notes": list(plan.notes), "complete": complete}
-    write_run_json(plan.out_dir, data)
+def _write_run_json(folder: RunFolder, address: str, infos: dict, final: bool) -> None:
+    folder.write_run_json(final, cluster=address,
+                          lanes=[{k: v for k, v in i.items() if k != "node_id"} for i in infos.values()])

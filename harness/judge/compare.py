@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from ..protocol import Fingerprints
 from ..settings import Tolerance
 from .evidence import Comparison
 from .isolation import open_regular
@@ -198,19 +199,19 @@ def same_as(ref: list[tuple[dict, torch.Tensor]], cand: list[tuple[dict, torch.T
                                          for (rm, rt), (_, ct) in zip(ref, cand))
 
 
-def fingerprint_matches(ref_fp: list, cand_fp: list, tols: list[Tolerance]) -> bool:
-    """Check one call's fingerprints. ref_fp = [exact ints, projections or None, input fps]. The projection
-    gap allowed is 20 standard deviations of an honest output's error (worker/fingerprint.py says why)."""
-    r_exact, r_proj, _ = ref_fp
-    c_exact, c_proj, _ = cand_fp
-    if len(r_exact) != len(c_exact):
+def fingerprint_matches(ref_fp, cand_fp, tols: list[Tolerance]) -> bool:
+    """Check one call's fingerprints (protocol.Fingerprints, or their wire form; a candidate's that does not
+    decode fails). The projection gap allowed is 20 standard deviations of an honest output's error
+    (worker/fingerprint.py says why)."""
+    ref, cand = (fp if isinstance(fp, Fingerprints) else Fingerprints.read(fp) for fp in (ref_fp, cand_fp))
+    if ref is None or cand is None or len(ref.outputs) != len(cand.outputs):
         return False
     for k, tol in enumerate(tols):
-        if tol.exact or r_proj is None or c_proj is None:
-            good = r_exact[k] == c_exact[k]
+        if tol.exact or ref.projections is None or cand.projections is None:
+            good = ref.outputs[k] == cand.outputs[k]
         else:
-            p_ref, _, abs_wr, s2 = r_proj[k]
-            good = abs(c_proj[k][0] - p_ref) <= PROJECTION_SIGMAS * s2 ** 0.5 + 1e-7 * abs_wr + 1e-12
+            p_ref, _, abs_wr, s2 = ref.projections[k]
+            good = abs(cand.projections[k][0] - p_ref) <= PROJECTION_SIGMAS * s2 ** 0.5 + 1e-7 * abs_wr + 1e-12
         if not good:
             return False
     return True

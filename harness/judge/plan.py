@@ -47,9 +47,7 @@ class Plan:
 
     @property
     def loop(self) -> LoopSettings:
-        t = self.config.timing
-        return LoopSettings(t.warmup_ms, t.min_runs, t.max_runs, t.budget_s, t.target_rse, t.speedup_quantile,
-                            t.launch_behind_flush)
+        return self.config.timing.loop()
 
     def check_seeds(self, shape: str) -> list[int]:
         return [derive(self.master_seed, shape, "check", k) for k in range(self.seeds)]

@@ -4,11 +4,8 @@ CPU) with its reference and candidate workers. Records are written as they are d
 run no candidate code."""
 
 import contextlib
-import json
 import os
 import queue
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -18,9 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cachekeys import toolchain_id
-from ..sandbox import OWN
 from ..stats import Measurement
-from . import baseline, forkserver, isolation, lanes, report, static_checks, stopping
+from . import baseline, forkserver, isolation, lanes, static_checks, stopping
 from .builds import (
     BuildPool,
     BuildResult,
@@ -33,15 +29,14 @@ from .builds import (
 )
 from .envinfo import gpu_arch_hint, host_info
 from .figures import unrun_records
-from .guard import SCRATCH_PREFIX, TamperWatch, TreeGuard, reference_cache, write_sandbox
+from .guard import reference_cache
 from .plan import Plan
 from .processes import WorkerGone, WorkerHandle
 from .profile import Profile
-from .records import STOPPING, Record, RecordWriter, read_records, safe_name, write_run_json
+from .records import STOPPING, Record, safe_name
 from .reference import ReferenceRunner, ReferenceStore
 from .turns import DeviceTurn
-
-SHM_MIN_FREE = 8 * 2**30
+from .workspace import RunFolder, Workspace
 
 
 class Runner:
@@ -74,33 +69,20 @@ class Runner:
 
     def run(self) -> list[Record]:
         plan = self.plan
-        self.logs.mkdir(parents=True, exist_ok=True)
-        shm = os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE
-        self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir="/dev/shm" if shm else None))
-        (self.scratch / OWN).mkdir()  # the folders of each process that runs candidate code (output slots)
-        self.jit_home = Path(tempfile.mkdtemp(prefix="kbh-jit-"))  # JIT caches, on a disk that may run code
+        self.folder = RunFolder(plan, self.on_record)
+        self.writer = self.folder.writer
+        self.ws = Workspace(plan, self.repo_root, self.folder)
         ref_start = None
         try:
-            existing = read_records(self.out / "results.jsonl")
-            done = {(r.solution, r.shape) for r in existing}
-            self.writer = RecordWriter(self.out / "results.jsonl", existing, self.on_record)
-            self.src_dir = self.scratch / "src"
-            cands = [snapshot_candidate(path, name, self.src_dir) for name, path in plan.solutions]
+            cands = [self.ws.guard.protect(self._snapshot(name, Path(path))) for name, path in plan.solutions]
             if plan.isolate:
-                isolation.open_to_workers(self.scratch, [c.copy_path for c in cands])
-            self.guard = TreeGuard(self.repo_root, self.out, self.writer, extra_roots=(self.src_dir,))
-            homes = (isolation.homes_root(),) if plan.isolate else ()
-            self.sandbox, self.sandbox_status = write_sandbox(
-                self.repo_root, self.out, plan.cache_dir, self.scratch, self.jit_home, *homes,
-                strict=plan.strict_sandbox)
-            (self.scratch / "tmp").mkdir()
+                isolation.open_to_workers(self.ws.scratch, [c.copy_path for c in cands])
             logs = ["pch.log"] + [self._lane_log(kind, i).name for kind in ("reference", "spare")
                                   for i in range(len(plan.lanes))]
             logs += [f"{safe_name(c.name)}{ext}" for c in cands for ext in (".log", ".build.log")]  # resumed too
             for name in logs:
-                self.guard.allow_log(name)
-            self.tamper = TamperWatch(self.guard)
-            self.todo = {c.name: [s for s in plan.shapes if (c.name, s.name) not in done] for c in cands}
+                self.ws.guard.allow_log(name)
+            self.todo = {c.name: self.folder.todo(c.name) for c in cands}
             self.cands = [c for c in cands if self.todo[c.name]]
             starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbh-refs")
             ref_start = starter.submit(self._start_references)
@@ -116,35 +98,23 @@ class Runner:
                 with contextlib.suppress(Exception):  # a failed start has killed its workers already
                     for r in ref_start.result():
                         r.worker.close()
-            shutil.rmtree(self.scratch, ignore_errors=True)
-            shutil.rmtree(self.jit_home, ignore_errors=True)
+            self.ws.close()
             if STOPPING.is_set():
                 stopping.kill_all()
-            self._reveal_seeds()
-
-    def _reveal_seeds(self) -> None:
-        """An unfinished run's run.json gets its seeds too, once no candidate process is left to read them."""
-        path = self.out / "run.json"
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return
-        if "master" not in data.get("seeds", {}):
-            data["seeds"] = self.plan.seeds_json()
-            write_run_json(self.out, data)
+            self.folder.reveal_seeds()
 
     def _admit(self, c) -> None:
         """A candidate's logs allowed in the run's folder, and its static findings (errors, warnings)."""
         for ext in (".log", ".build.log"):
-            self.guard.allow_log(f"{safe_name(c.name)}{ext}")
+            self.ws.guard.allow_log(f"{safe_name(c.name)}{ext}")
         found = [] if self.plan.static_policy == "off" else static_checks.analyze(
             c.source, self.plan.device, c.path.parent, {self.plan.problem.name})
         self.static[c.name] = tuple([f"{f.rule} (line {f.line})" for f in found if f.severity == sev]
                                     for sev in ("error", "warning"))
 
-    def _snapshot_fed(self, name: str, path: Path):
+    def _snapshot(self, name: str, path: Path):
         def write():
-            c = snapshot_candidate(path, name, self.src_dir)
+            c = snapshot_candidate(path, name, self.ws.src)
             return c, c.copy_path
 
         return write
@@ -163,7 +133,7 @@ class Runner:
                     feeding = False
                     break
                 name, path, shapes = item
-                c = self.guard.protect(self._snapshot_fed(name, Path(path)))
+                c = self.ws.guard.protect(self._snapshot(name, Path(path)))
                 self.todo[c.name] = [s for s in self.plan.shapes if s.name in shapes]
                 self.cands.append(c)
                 self._admit(c)
@@ -187,7 +157,7 @@ class Runner:
             arch = gpu_arch_hint() if plan.device == "cuda" else None
             try:
                 if arch or plan.device != "cuda":
-                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch, self.jit_home))
+                    self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.ws.scratch, self.ws.jit_home))
                 refs: list[ReferenceRunner] = ref_start.result()
                 self.profile.mark("references_started")
                 if plan.device == "cuda":
@@ -196,7 +166,7 @@ class Runner:
                         raise RuntimeError(f"nvidia-smi reports compute capability {hint} for every GPU, but torch "
                                            f"reports {arch} on lane 0: the builds target the wrong GPU")
                     if not hint:
-                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.scratch, self.jit_home))
+                        self._submit_builds(pool, futures, build_env(arch, self.toolchain, self.ws.scratch, self.ws.jit_home))
                 self._write_run_json(arch)
                 if not plan.build_only:
                     threads = self._start_lanes(refs, arch, work)
@@ -205,7 +175,7 @@ class Runner:
                     self.builds[c.name] = result
                     if self.pch is not None and self.pch.status == "not started" and not result.cached:
                         self.pch.start()  # a compile ran: make the header for the builds that start later
-                    self.tamper.build_ended(c.name)
+                    self.ws.tamper.build_ended(c.name)
                     self.advance("build", 1)
                     if plan.build_only:
                         self.advance("evaluate", len(self.todo[c.name]))
@@ -231,12 +201,8 @@ class Runner:
         if plan.reference_only:
             self._write_baseline()
             return []
-        records = self.writer.records
-        note = report.caption(plan.device, self._device_name(), plan.config.timing.speedup_metric,
-                              plan.config.timing.speedup_quantile)
-        report.write_files(records, self.out, note)
-        report.print_table(records, self.console, f"{plan.problem.name}: {len(records)} records")
-        for e in self.tamper.warnings:
+        records = self.folder.report(self.console, self._device_name())
+        for e in self.ws.tamper.warnings:
             self.console.print(f"[yellow]warning:[/] {e}")
         return records
 
@@ -284,9 +250,9 @@ class Runner:
                 continue
             kwargs = dict(repo_root=self.repo_root, cache_dir=plan.cache_dir, env=benv,
                           timeout_s=plan.config.build.timeout_s, log_path=self.logs / f"{safe_name(c.name)}.build.log",
-                          scratch=self.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
-                          isolate=plan.isolate, sandbox=self.sandbox, own=plan.strict_sandbox)
-            self.tamper.build_started(c.name, c, kwargs)
+                          scratch=self.ws.scratch, cores=self.build_cores, nice=build_nice(len(futures)),
+                          isolate=plan.isolate, sandbox=self.ws.sandbox, own=plan.strict_sandbox)
+            self.ws.tamper.build_started(c.name, c, kwargs)
             fut = pool.submit(run_build, c, **kwargs)
             futures[fut] = c
             new.add(fut)
@@ -312,7 +278,7 @@ class Runner:
                     self.writer.write(r)
 
     def _lane_env(self, i: int) -> dict:
-        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.scratch, self.jit_home)}
+        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.ws.scratch, self.ws.jit_home)}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
     def _lane_log(self, kind: str, lane: int) -> Path:
@@ -324,7 +290,7 @@ class Runner:
         turns = {dev: DeviceTurn(pause_builds=self.build_cores is None) for dev in set(plan.lanes)}
         caches = forkserver.jit_cache_env(reference_cache(plan.cache_dir))
         envs = [self._lane_env(i) | caches for i in range(len(plan.lanes))]
-        refs = [ReferenceRunner(WorkerHandle(repo_root=self.repo_root, env=envs[i], cwd=self.scratch, trusted=True,
+        refs = [ReferenceRunner(WorkerHandle(repo_root=self.repo_root, env=envs[i], cwd=self.ws.scratch, trusted=True,
                                              log_path=self._lane_log("reference", i)),
                                 plan, plan.config.timeouts.shape_s, turn=turns[dev])
                 for i, dev in enumerate(plan.lanes)]
@@ -352,12 +318,12 @@ class Runner:
             info = self.lane_info[i]
             size = 1 if self.lane_cores[i] is None else lanes.SPARE_WORKERS
             lane_env = self._lane_env(i) | ({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})
-            make = lanes.spare_maker(plan, self.repo_root, lane_env, self.scratch, self._lane_log("spare", i),
+            make = lanes.spare_maker(plan, self.repo_root, lane_env, self.ws.scratch, self._lane_log("spare", i),
                                      self.build_cores, ref.turn, size, self.problem_src, self.profile)
             ctx = lanes.LaneContext(
-                index=i, plan=plan, store=store, ref=ref, scratch=self.scratch, log_dir=self.logs,
-                device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i], tamper=self.tamper,
-                profile=self.profile, sandbox=self.sandbox, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
+                index=i, plan=plan, store=store, ref=ref, scratch=self.ws.scratch, log_dir=self.logs,
+                device_name=info.get("gpu") or self._device_name(), cores=self.lane_cores[i], tamper=self.ws.tamper,
+                profile=self.profile, sandbox=self.ws.sandbox, cache_bytes=info.get("l2_bytes") or info.get("cpu_cache_bytes") or 0)
             self.contexts.append(ctx)
             spares = lanes.SparePool(make, size=size, needed=None if self.feed else len(self.cands))
             threads.append(threading.Thread(target=lanes.run_lane, name=f"kbh-lane{i}", daemon=True, args=(
@@ -368,14 +334,8 @@ class Runner:
 
     def _write_run_json(self, arch: str | None, final: bool = False) -> None:
         plan = self.plan
-        data = {
-            "run_id": plan.run_id, "problem": plan.problem.path, "device": plan.device, "lanes": list(plan.lanes),
-            "config": plan.config.to_json(), "seeds": plan.seeds_json(reveal=final), "command": plan.command_json(),
-            "static_checks": plan.static_policy,
-            "host": self.host, "devices": self.lane_info, "cuda_arch": arch, "toolchain": self.toolchain,
-            "build_jobs": plan.jobs, "cache_dir": str(plan.cache_dir),
-            "write_sandbox": self.sandbox_status, "notes": list(plan.notes), "complete": final,
-        }
+        data = {"lanes": list(plan.lanes), "host": self.host, "devices": self.lane_info, "cuda_arch": arch,
+                "toolchain": self.toolchain, "build_jobs": plan.jobs, "write_sandbox": self.ws.sandbox_status}
         if final:
             data["reference_timings"] = {
                 str(c.index): {s: {k: (v.to_json() if isinstance(v, Measurement) else v) for k, v in vars(t).items()}
@@ -383,10 +343,10 @@ class Runner:
                 for c in self.contexts}
             data["builds"] = {k: vars(v) for k, v in self.builds.items()}
             data["pch"] = self.pch.info() if self.pch is not None else None
-            data["warnings"] = self.tamper.warnings
+            data["warnings"] = self.ws.tamper.warnings
             server = forkserver.current()
             data["fork_server"] = server.summary() if server is not None else None
             if plan.profile:
                 self.profile.mark("run_json")
                 data["profile"] = {"timeline_s": dict(self.profile.timeline), "spares": list(self.profile.spares)}
-        write_run_json(self.out, data)
+        self.folder.write_run_json(final, **data)

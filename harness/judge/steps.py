@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..protocol import OVERWRITTEN
+from ..protocol import OVERWRITTEN, Fingerprints
 from ..seeds import derive
 from ..settings import LoopSettings, Shape
 from ..stats import quantile, summarize
@@ -111,27 +111,28 @@ def verify_timed(ce, shape: Shape, replies: list[tuple[int, dict]], projection: 
     seeds = {(b, i): derive(batches[b][0], i) for b, i in sample}
     fps = ce.lane.ref.fingerprints(ce.lane.store, shape, list(seeds.values()), projection)
     for b, i in sample:
-        mine, want = batches[b][1].get(str(i)), fps[seeds[(b, i)]]
-        if not isinstance(mine, list) or len(mine) != 3:
+        mine, want = Fingerprints.read(batches[b][1].get(str(i))), Fingerprints.decode(fps[seeds[(b, i)]])
+        if mine is None:
             out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=False))
             continue
         ok = fingerprint_matches(want, mine, tols)
-        replay = not ok and replayed(ce, shape, batches, b, i, mine[0], projection)
-        out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=ok, replay=replay, input_mutated=mine[2] != want[2]))
+        replay = not ok and replayed(ce, shape, batches, b, i, mine.outputs, projection)
+        out.append(TimedVerification(offsets[b] + i, seeds[(b, i)], ok=ok, replay=replay,
+                                     input_mutated=mine.inputs != want.inputs))
     return out
 
 
-def replayed(ce, shape: Shape, batches: list[tuple[int, dict, int]], b: int, i: int, got: list,
+def replayed(ce, shape: Shape, batches: list[tuple[int, dict, int]], b: int, i: int, got: tuple[int, ...],
              projection: bool) -> bool:
     """A wrong timed output that is the right answer for another input the candidate has seen (a check seed,
     the previous call, or another timed call of any batch that returned the same output) is a replay."""
     others = ce.plan.check_seeds(shape.name) + [ce.plan.post_seed(shape.name)]
     others += [derive(base, int(j)) for c, (base, calls, _) in enumerate(batches) for j, fp in calls.items()
-               if (c, int(j)) != (b, i) and isinstance(fp, list) and fp[0] == got][:8]
+               if (c, int(j)) != (b, i) and getattr(Fingerprints.read(fp), "outputs", None) == got][:8]
     if i > 0:
         others.append(derive(batches[b][0], i - 1))
     fps = ce.lane.ref.fingerprints(ce.lane.store, shape, others, projection)
-    return any(fps[s][0] == got for s in others)
+    return any(Fingerprints.decode(fps[s]).outputs == got for s in others)
 
 
 def step_kernels(ce, run: ShapeRun) -> None:
@@ -180,9 +181,10 @@ def judge_clock_rounds(ce, shape: Shape, ev: Evidence, base: int, projection: bo
     ev.timed += [TimedVerification(k, seeds[k], ok=False, phase="judge's clock (no answer)")
                  for k in range(0, rounds, 2) if seeds[k] not in answered]
     verified = []
-    for k, (us, seed, fp) in enumerate(calls):
-        ok = isinstance(fp, list) and len(fp) == 3 and fingerprint_matches(want[seed], fp, tols)
-        ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp[2] != want[seed][2],
+    for k, (us, seed, raw) in enumerate(calls):
+        fp, ref = Fingerprints.read(raw), Fingerprints.decode(want[seed])
+        ok = fp is not None and fingerprint_matches(ref, fp, tols)
+        ev.timed.append(TimedVerification(k, seed, ok=ok, input_mutated=ok and fp.inputs != ref.inputs,
                                           phase="judge's clock"))
         verified += [us] if ok else []
     if not verified or not (noops or ref_noops):

@@ -3,7 +3,6 @@ file. One judge process, one fork server and one build cache serve the problems 
 and tables go to OUT/<problem>/ as a single run's do, and the suite's tables (a row per problem x candidate, then
 per level and overall) to OUT/suite.md, suite.csv and suite.json. Running again with the same --out continues."""
 
-import argparse
 import glob
 import json
 import secrets
@@ -19,6 +18,7 @@ from rich.console import Console
 from ..errors import UsageError
 from ..stats import geomean
 from .config import config_from, load_config, read_yaml
+from .options import RunOptions
 from .plan import work_root
 from .records import Record
 from .report import FAST_P, lower, ranked
@@ -71,7 +71,7 @@ def problem_config(problem: Path, suite: dict, suite_path: str | None):
                        Path(suite_path))
 
 
-def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_plan) -> list[Record]:
+def run_suite(args: RunOptions, console: Console, repo_root: Path, make_plan) -> list[Record]:
     """Each problem through make_plan (the command line's) and a Runner, or with --cluster over every lane of
     the cluster, one problem after another; a problem that cannot run is named in the tables and the suite
     goes on."""
@@ -108,9 +108,8 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
             if not cands and not args.reference_only:
                 skipped[problem.stem] = f"no candidates in {Path(args.solutions) / problem.stem}"
                 continue
-            sub = argparse.Namespace(**{**vars(args), "config": str(problem), "solution": [str(c) for c in cands],
-                                        "out": str(out / problem.stem),
-                                        "baseline_out": str(out / "baseline.json")})
+            sub = replace(args, config=str(problem), solution=tuple(str(c) for c in cands), out=str(out / problem.stem),
+                          baseline_out=str(out / "baseline.json"))
             try:
                 plan = make_plan(sub, console, problem_config(problem, suite, args.suite))
                 console.print(f"[bold]{problem.stem}[/]: {len(plan.solutions)} candidate(s) x {len(plan.shapes)} "
@@ -127,7 +126,7 @@ def run_suite(args: argparse.Namespace, console: Console, repo_root: Path, make_
     return records
 
 
-def prebuild(args: argparse.Namespace, found: dict[Path, list[Path]], suite: dict, console: Console,
+def prebuild(args: RunOptions, found: dict[Path, list[Path]], suite: dict, console: Console,
              repo_root: Path, make_plan) -> None:
     """Every problem's candidates built into the cache at once, in one build pool, before the first is
     evaluated: a suite's cold builds then take about as long as the longest, not their sum (a CUDA build is
@@ -141,8 +140,8 @@ def prebuild(args: argparse.Namespace, found: dict[Path, list[Path]], suite: dic
         return
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kbh-prebuild-") as tmp:
-        sub = argparse.Namespace(**{**vars(args), "config": str(problems[0]), "solution": [str(c) for _, c in named],
-                                    "out": tmp, "build_only": True, "shapes": None})
+        sub = replace(args, config=str(problems[0]), solution=tuple(str(c) for _, c in named), out=tmp,
+                      build_only=True, shapes=None)
         try:
             plan = make_plan(sub, Console(quiet=True), problem_config(problems[0], suite, args.suite))
             Runner(replace(plan, solutions=tuple(named)), Console(quiet=True), repo_root).run()
