@@ -19,6 +19,12 @@ folders; each has a folder of its own and its stdout and stderr through a pipe (
 calls' draws and output reads run with the candidate's hooks off (worker/watch.hooks_off) and its timed commands
 with the collector off (worker/watch.quiet_loop). On a device not named they may write anywhere but the repo,
 the run's files and the reference's caches, and read anything."""
+CLEAR_STALE_BUILD_LOCK = ("cpu",)
+"""Devices whose builds remove torch's own build lock (the file `lock` in an extension's build folder) once they
+hold the cache's file lock, under which no other build of that folder runs (worker/extcache.py). A build killed
+at its time limit or by Ctrl-C leaves torch's lock behind, and every later build of the same source waits on it
+until its own time limit."""
+CLEAR_STALE_LOCK_ENV = "KBH_CLEAR_STALE_LOCK"
 LOG_CAP_BYTES = 16 * 2**20
 """The most of a candidate worker's output a log keeps where the output comes through a pipe (the strict sandbox);
 the rest is counted and dropped."""

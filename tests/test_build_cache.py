@@ -10,7 +10,7 @@ import pytest
 
 from harness.cachekeys import build_memo_key, environment_key, extension_ready
 from harness.judge import buildcache
-from harness.judge.builds import BuildResult, run_build, snapshot_candidate
+from harness.judge.builds import BuildResult, build_env, run_build, snapshot_candidate
 from harness.worker import extcache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,3 +137,34 @@ def test_adopt_copies_a_staged_build_into_its_root_and_nothing_else(tmp_path):
     assert extension_ready(root, "ext", good)
     assert (root / good[:2] / good / "ext.so").read_bytes() == b"lib"
     assert sorted(p.name for p in root.rglob("*") if p.is_file()) == ["ext.so", "meta.json"]
+
+
+CPP_CANDIDATE = """
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline("kbh_stale_lock", cpp_sources="int answer() { return 42; }", functions=["answer"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return x * ext.answer()
+"""
+
+
+@pytest.mark.slow
+def test_a_build_killed_midway_leaves_no_lock_that_stops_the_next_build(tmp_path):
+    """A build killed at its limit or by Ctrl-C leaves torch's own lock file in the extension's folder; the next
+    build of that source must not wait on it (a CPU run's builds remove it under the cache's file lock)."""
+    env = build_env(None, "", tmp_path)
+    first = _build(tmp_path, CPP_CANDIDATE, env=env)
+    assert first.status == "built", first.message
+    folders = [m.parent for m in (tmp_path / "cache").glob("*/*/meta.json")]
+    assert folders
+    for folder in folders:  # what a build killed before it finished leaves: no library, torch's lock held
+        for f in [*folder.glob("*.so"), folder / "meta.json"]:
+            f.unlink()
+        (folder / "lock").touch()
+    src = tmp_path / "cand.py"
+    cand = snapshot_candidate(src, "cand", tmp_path / "src")
+    again = run_build(cand, repo_root=REPO, cache_dir=tmp_path / "cache", env=env, timeout_s=120,
+                      log_path=tmp_path / "build2.log", scratch=tmp_path, cores=None)
+    assert again.status == "built" and not again.cached, (again.status, again.message)
+    assert all((f / "meta.json").exists() for f in folders)

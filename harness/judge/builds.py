@@ -18,6 +18,7 @@ from pathlib import Path
 from ..cachekeys import build_memo_key, partial_header
 from ..errors import UsageError, read_text
 from ..sandbox import own_folder, with_own
+from ..settings import CLEAR_STALE_BUILD_LOCK, CLEAR_STALE_LOCK_ENV
 from . import forkserver, isolation
 from .buildcache import adopt_staged, memo_lookup, memo_store
 from .processes import groups_stopped
@@ -132,9 +133,15 @@ def candidate_env(scratch: Path, home: Path | None = None) -> dict[str, str]:
     return {"TMPDIR": str(scratch / "tmp"), **forkserver.jit_cache_env(home or scratch / "home")}
 
 
+def lock_env(device: str) -> dict[str, str]:
+    """Whether builds on `device` remove a dead build's lock (settings.CLEAR_STALE_BUILD_LOCK)."""
+    return {CLEAR_STALE_LOCK_ENV: "1"} if device in CLEAR_STALE_BUILD_LOCK else {}
+
+
 def build_env(arch: str | None, toolchain: str, scratch: Path, home: Path | None = None) -> dict[str, str]:
+    """A build's environment: with `arch`, a CUDA run's (no GPU visible to it); without, a CPU run's."""
     return {"CUDA_VISIBLE_DEVICES": "", "MAX_JOBS": "2", "KBH_TOOLCHAIN": toolchain, **candidate_env(scratch, home),
-            **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {})}
+            **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {}), **lock_env("cuda" if arch else "cpu")}
 
 
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,

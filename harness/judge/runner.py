@@ -24,6 +24,7 @@ from .builds import (
     build_env,
     build_nice,
     candidate_env,
+    lock_env,
     run_build,
     snapshot_candidate,
 )
@@ -278,7 +279,8 @@ class Runner:
                     self.writer.write(r)
 
     def _lane_env(self, i: int) -> dict:
-        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.ws.scratch, self.ws.jit_home)}
+        env = {"KBH_TOOLCHAIN": self.toolchain, **candidate_env(self.ws.scratch, self.ws.jit_home),
+               **lock_env(self.plan.device)}
         return env | ({"CUDA_VISIBLE_DEVICES": self.plan.lanes[i]} if self.plan.device == "cuda" else {})
 
     def _lane_log(self, kind: str, lane: int) -> Path:

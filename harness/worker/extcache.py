@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..cachekeys import CACHE_VERSION, digest, environment_key, ext_folder, extension_ready, partial_header
+from ..settings import CLEAR_STALE_LOCK_ENV
 
 IGNORED_ARGS = ("build_directory", "verbose", "keep_intermediates", "use_pch")
 
@@ -79,6 +80,8 @@ def _cached(orig, fn_name: str, env_key: dict):
             folder.mkdir(parents=True, exist_ok=True)
             with _locked(folder.parent / f"{key}.lock"):
                 if not extension_ready(cache_dir, name, key):
+                    if os.environ.get(CLEAR_STALE_LOCK_ENV) == "1":  # ours is held: torch's lock is a dead build's
+                        (folder / "lock").unlink(missing_ok=True)
                     a.update(build_directory=str(folder), verbose=False)
                     if "use_pch" in a:
                         a["use_pch"] = False
