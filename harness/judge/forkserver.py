@@ -17,9 +17,11 @@ import threading
 import time
 from pathlib import Path
 
+from ..settings import CLEAR_STALE_LOCK_ENV
+
 LATE_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "TORCH_CUDA_ARCH_LIST", "KBH_TOOLCHAIN", "TORCHINDUCTOR_CACHE_DIR",
                        "TRITON_CACHE_DIR", "TRITON_HOME", "CUDA_CACHE_PATH", "KBH_PCH", "TMPDIR",
-                       "KBH_CLEAR_STALE_LOCK"})
+                       CLEAR_STALE_LOCK_ENV})
 """The lane's keys, which a worker's `init` applies after it starts, and a build's, read when it compiles;
 TMPDIR, which a fork re-reads (`tempfile.tempdir` reset)."""
 
