@@ -25,6 +25,12 @@ hold the cache's file lock, under which no other build of that folder runs (work
 at its time limit or by Ctrl-C leaves torch's lock behind, and every later build of the same source waits on it
 until its own time limit."""
 CLEAR_STALE_LOCK_ENV = "KBH_CLEAR_STALE_LOCK"
+JUDGE_RECHECK_PAUSES_S = {"cpu": (0.0, 1.0, 4.0), "cuda": (0.0,)}
+"""Per device, the pause before each re-measure of a judge's clock that contradicts the reported times, with every
+build paused; the lowest measure decides. A host busy with work no build pause reaches (another run, a cluster
+node on the same host, a worker importing torch) can hold the judge's round trips up for seconds, so a
+contradiction accuses only where it holds in windows seconds apart. A forged report is contradicted in every
+window; an honest candidate needs one quiet one."""
 LOG_CAP_BYTES = 16 * 2**20
 """The most of a candidate worker's output a log keeps where the output comes through a pipe (the strict sandbox);
 the rest is counted and dropped."""

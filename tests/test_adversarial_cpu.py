@@ -9,6 +9,7 @@ import pytest
 
 from conftest import CANDIDATES, CONFIGS, REPO, judged
 from harness import sandbox
+from harness.settings import JUDGE_RECHECK_PAUSES_S
 
 PROTECTED = [REPO / "problems" / "pack_tokens.py", *sorted((REPO / "harness").rglob("*.py"))]
 
@@ -77,6 +78,19 @@ def test_patched_timer_is_also_caught_by_the_judges_clock(adversarial):
     r = adversarial.by("patch_timer", "tiny")
     assert "timer_mismatch" in r["flags"], json.dumps(r)
     assert "harness.worker.clocks._perf_ns" in r["message"] and "torch.allclose" in r["message"]
+
+
+@pytest.mark.parametrize("cheat", ["rewrite_gc", "rewrite_globals"])
+def test_the_judges_clock_accuses_only_where_windows_seconds_apart_all_contradict(adversarial, cheat):
+    """A host busy with work no build pause reaches can hold the judge's round trips up for a while: a forged
+    report is rejected on every window the settings name, the last one their pauses later than the first."""
+    r = adversarial.by(cheat, "tiny")
+    windows = r["diagnostics"]["judge_clock"]["windows"]
+    pauses = JUDGE_RECHECK_PAUSES_S["cpu"]
+    assert len(windows) == 1 + len(pauses), windows
+    assert windows[-1]["at_s"] - windows[0]["at_s"] >= sum(pauses), windows
+    best = min(w["us"] - w["noise_us"] for w in windows)
+    assert abs(best - (r["timing"]["judge_us"] - r["timing"]["judge_noise_us"])) < 0.5, (windows, r["timing"])
 
 
 def test_no_cheat_is_ever_correct_where_it_cheats(adversarial):

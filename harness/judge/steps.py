@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..protocol import OVERWRITTEN, Fingerprints
 from ..seeds import derive
-from ..settings import LoopSettings, Shape
+from ..settings import JUDGE_RECHECK_PAUSES_S, LoopSettings, Shape
 from ..stats import quantile, summarize
 from . import static_checks, verdict
 from .compare import fingerprint_matches
@@ -22,6 +22,7 @@ from .processes import WorkerGone, judge_timed
 from .reference import RefTiming
 
 JUDGE_ROUNDS = 20
+RECHECK_MARGIN_S = 2.0  # a re-measure of the judge's clock starts only with this much of the shape's time left
 
 
 class CandidateFailure(Exception):
@@ -259,16 +260,27 @@ def step_verify(ce, run: ShapeRun) -> None:
 
 
 def step_judge_clock(ce, run: ShapeRun) -> None:
+    """The judge's clock over one window, and where it contradicts the reported times, over more windows after
+    the pauses JUDGE_RECHECK_PAUSES_S names, builds paused: the lowest measure decides, and the record's
+    judge_clock lists every window (its start in seconds, per-call time and noise in us)."""
     ev, shape = run.ev, run.shape
-    base = ce.plan.judge_seed(shape.name)
-    first = judge_clock_rounds(ce, shape, ev, base, run.projection, run.tols, run.deadline)
-    if first is not None:
-        ev.judge_call_us, ev.judge_noise_us, ev.judge_clock = first
-    if verdict.timer_contradicts(ev):
-        again = judge_clock_rounds(ce, shape, ev, derive(base, "again"), run.projection, run.tols, run.deadline,
-                                   freeze=True)
-        if again is not None and again[0] - again[1] < ev.judge_call_us - ev.judge_noise_us:
-            ev.judge_call_us, ev.judge_noise_us, ev.judge_clock = again
+    base, start, windows = ce.plan.judge_seed(shape.name), time.monotonic(), []
+    pauses = JUDGE_RECHECK_PAUSES_S.get(ce.plan.device, (0.0,))
+    for k, pause in enumerate((None, *pauses)):
+        if pause is not None:
+            if not verdict.timer_contradicts(ev) or (pause and time.monotonic() + pause + RECHECK_MARGIN_S > run.deadline):
+                break
+            time.sleep(pause)
+        at = time.monotonic() - start
+        m = judge_clock_rounds(ce, shape, ev, derive(base, "again", k) if k else base, run.projection, run.tols,
+                               run.deadline, freeze=pause is not None)
+        if m is None:
+            continue
+        windows.append({"at_s": round(at, 2), "us": round(m[0], 1), "noise_us": round(m[1], 1)})
+        if ev.judge_call_us is None or m[0] - m[1] < ev.judge_call_us - ev.judge_noise_us:
+            ev.judge_call_us, ev.judge_noise_us, ev.judge_clock = m
+    if ev.judge_clock is not None:
+        ev.judge_clock = {**ev.judge_clock, "windows": windows}
 
 
 def host_signals(replies: list[dict]) -> tuple[float, bool]:
