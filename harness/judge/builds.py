@@ -144,6 +144,20 @@ def build_env(arch: str | None, toolchain: str, scratch: Path, home: Path | None
             **({"TORCH_CUDA_ARCH_LIST": arch} if arch else {}), **lock_env("cuda" if arch else "cpu")}
 
 
+def memo_place(cand: Candidate, full_env: dict[str, str], cache_dir: Path, isolate: bool) -> tuple[str, Path]:
+    """A candidate's memo key and the extensions' folder: the shared cache, or under --isolate one of the
+    candidate's own named by its memo key, which only the judge writes: no other candidate's build can place a
+    library there."""
+    key = build_memo_key(cand.sha256, full_env)
+    return key, cache_dir / "by-source" / key if isolate else cache_dir
+
+
+def memo_hit(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], isolate: bool) -> bool:
+    """run_build would start no build process: the cache holds the candidate's whole build."""
+    key, root = memo_place(cand, forkserver.worker_env(repo_root, env), cache_dir, isolate)
+    return memo_lookup(root, key) is not None
+
+
 def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[str, str], timeout_s: float,
               log_path: Path, scratch: Path, cores: list[int] | None, nice: int = 0,
               isolate: bool = False, sandbox: dict | None = None, own: bool = False) -> BuildResult:
@@ -152,10 +166,7 @@ def run_build(cand: Candidate, *, repo_root: Path, cache_dir: Path, env: dict[st
     own: the process gets a folder of its own beneath scratch (its cwd, TMPDIR and result), as workers do."""
     t0 = time.monotonic()
     full_env = forkserver.worker_env(repo_root, env)
-    memo_key = build_memo_key(cand.sha256, full_env)
-    # the extensions' folder: the shared cache, or under --isolate one of the candidate's own named by its memo
-    # key, which only the judge writes: no other candidate's build can place a library there
-    root = cache_dir / "by-source" / memo_key if isolate else cache_dir
+    memo_key, root = memo_place(cand, full_env, cache_dir, isolate)
     if isolate:
         root.mkdir(parents=True, exist_ok=True)
     ext_root, log = (str(root) if isolate else None), str(log_path)

@@ -25,6 +25,7 @@ from .builds import (
     build_nice,
     candidate_env,
     lock_env,
+    memo_hit,
     run_build,
     snapshot_candidate,
 )
@@ -239,12 +240,15 @@ class Runner:
         if wants_pch and any(c.native_kind in ("cpp", "cuda") for c in self.cands) and self.pch is None:
             self.pch = HeaderBuild(plan.cache_dir, self.toolchain, self.repo_root, benv, self.logs / "pch.log",
                                    plan.config.build.timeout_s, self.build_cores)
-            if plan.device == "cpu":  # main.cpp is the whole compile: the builds wait for the header
-                self.pch.start()
-                self.pch.wait()
             benv = self._benv = dict(benv, KBH_PCH="1")
+        todo = self.cands if cands is None else cands
+        if plan.device == "cpu" and self.pch is not None and self.pch.status == "not started" and any(
+                c.native_kind in ("cpp", "cuda") and not memo_hit(c, repo_root=self.repo_root, cache_dir=plan.cache_dir,
+                                                                  env=benv, isolate=False) for c in todo):
+            self.pch.start()  # main.cpp is the whole compile: a build that compiles waits for the header
+            self.pch.wait()
         new = set()
-        for c in self.cands if cands is None else cands:
+        for c in todo:
             if c.error or (self.static[c.name][0] and plan.static_policy == "strict"):
                 self._write_unrun(c, None)
                 self.advance("build", 1)
